@@ -1,0 +1,82 @@
+"""plansight collection from the shell.
+
+    python -m collect measure SPEC.json            # one plan, prints its row as JSON
+    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+
+SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
+field names of collect.schema. Invalid input is reported, field by field,
+before any process starts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pydantic import ValidationError
+
+from collect.measure import MeasureSettings
+from collect.pool import LocalPool
+from collect.result import build_row
+from collect.schema import RunSpec
+from collect.store import CorruptResultsError
+from collect.sweep import SweepSpec
+
+
+def _load_spec(path: str) -> RunSpec:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"error: cannot read {path}: {exc}")
+    return RunSpec.model_validate(data)
+
+
+def cmd_measure(args) -> None:
+    spec = _load_spec(args.spec)
+    settings = MeasureSettings(warmup_iters=args.warmup, timed_iters=args.iters)
+    with LocalPool(spec.cluster.world_size, settings, deadline_s=args.deadline) as pool:
+        result = pool.run(spec)
+    print(json.dumps(build_row(spec, result), indent=1))
+
+
+def cmd_sweep(args) -> None:
+    from collect.run import SweepRunner
+
+    spec = SweepSpec.from_yaml(args.sweep)
+    counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(limit=args.limit)
+    print(f"{spec.name}: {counts}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m collect", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="measure one plan")
+    m.add_argument("spec")
+    m.add_argument("--iters", type=int, default=5, help="timed iterations")
+    m.add_argument("--warmup", type=int, default=2, help="untimed iterations after the memory window")
+    m.add_argument("--deadline", type=float, default=300.0, help="seconds before the plan counts as hung")
+    m.set_defaults(fn=cmd_measure)
+    s = sub.add_parser("sweep", help="run (or resume) a sweep")
+    s.add_argument("sweep")
+    s.add_argument("--out", default="data/runs")
+    s.add_argument("--hardware", default="data/hardware")
+    s.add_argument("--limit", type=int, default=None, help="measure at most N more plans")
+    s.set_defaults(fn=cmd_sweep)
+    args = parser.parse_args(argv)
+    try:
+        args.fn(args)
+    except ValidationError as exc:
+        sys.exit(f"error: invalid input\n{_describe(exc)}")
+    except CorruptResultsError as exc:
+        sys.exit(f"error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted: every finished plan is stored; run the same command again to resume")
+
+
+def _describe(exc: ValidationError) -> str:
+    return "\n".join(f"  {'.'.join(map(str, e['loc'])) or '(spec)'}: {e['msg']}" for e in exc.errors())
+
+
+if __name__ == "__main__":
+    main()

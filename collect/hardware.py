@@ -1,0 +1,64 @@
+"""Hardware descriptions in one format: measured fingerprints and datasheet presets.
+
+A fingerprint is measured at sweep start (collect.fingerprint on the sweep's
+own pools) and saved as data/hardware/<id>.json; every row carries its id.
+Presets describe clusters never measured here, from vendor datasheets, marked
+``"source": "datasheet"``; a cluster can name one (``"preset": "a100-80gb"``).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from collect.costmodel import fit_three_region
+from collect.pool import LocalPool
+from collect.schema import DTYPE_BYTES
+
+MAX_MESSAGE_BYTES = 64 * 2**20  # larger messages add minutes and nothing new: bandwidth has saturated
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def take_fingerprint(pools: dict[int, LocalPool], points, hardware_dir: Path, host: str) -> str:
+    largest = max(p.workload.num_params * DTYPE_BYTES[p.workload.dtype] for p, *_ in points)
+    max_bytes = min(MAX_MESSAGE_BYTES, largest)
+    if 1 in pools:
+        compute = pools[1].fingerprint(max_bytes=max_bytes)
+    else:
+        with LocalPool(1) as solo:
+            compute = solo.fingerprint(max_bytes=max_bytes)
+    collectives = [pt for ws, pool in sorted(pools.items()) if ws > 1 for pt in pool.fingerprint(max_bytes=max_bytes)]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    fingerprint_id = f"{host}-{now:%Y%m%dT%H%M%S}"
+    record = {
+        "id": fingerprint_id, "source": "measured", "host": host, "measured_at": now.isoformat(timespec="seconds"),
+        "torch": torch.__version__, "device": "cpu", "threads_per_rank": 1,
+        "compute": compute, "collectives": collectives, "collective_fits": fit_collectives(collectives),
+    }
+    hardware_dir.mkdir(parents=True, exist_ok=True)
+    (hardware_dir / f"{fingerprint_id}.json").write_text(json.dumps(record, indent=1))
+    return fingerprint_id
+
+
+def fit_collectives(points: list[dict]) -> dict:
+    """{op: {group_size: ThreeRegionCurve dict}} from raw collective points."""
+    grouped = defaultdict(list)
+    for pt in points:
+        grouped[(pt["op"], pt["group_size"])].append((pt["bytes"], pt["time_s"]))
+    fits = defaultdict(dict)
+    for (op, group), pts in sorted(grouped.items()):
+        sizes, times = zip(*sorted(pts))
+        fits[op][str(group)] = fit_three_region(sizes, times).to_dict()
+    return dict(fits)
+
+
+def load_hardware(name: str, hardware_dir: str | Path = "data/hardware") -> dict:
+    """A preset by name (a100-80gb, ...) or a measured fingerprint by id."""
+    for path in (PRESET_DIR / f"{name}.json", Path(hardware_dir) / f"{name}.json"):
+        if path.exists():
+            return json.loads(path.read_text())
+    known = sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+    raise ValueError(f"hardware {name!r}: no preset of that name (presets: {known}) and no {hardware_dir}/{name}.json")

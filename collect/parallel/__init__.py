@@ -1,0 +1,1 @@
+"""Model-agnostic parallelisms: one apply_* per technique, composed by parallelize()."""

@@ -1,0 +1,31 @@
+"""Compose the parallelisms on one (stage of a) GPT, in torchtitan's order."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from collect.parallel.ac import apply_ac
+from collect.parallel.dp import apply_ddp, apply_fsdp
+from collect.parallel.tp import apply_tp
+from collect.schema import Plan
+
+
+def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.device) -> nn.Module:
+    """Takes a meta-device model, returns it materialised and parallelised on ``device``."""
+    # TP first: it replaces parameters by DTensors that FSDP then shards further.
+    if plan.tp_enabled:
+        apply_tp(model, mesh["tp"], plan.sequence_parallel)
+    # Checkpointing wraps blocks after TP installed its hooks and before FSDP
+    # shards the wrapped blocks, so recompute re-runs the TP collectives too.
+    apply_ac(model, plan.recompute)
+    fsdp = plan.sharding.startswith("fsdp")
+    if fsdp:
+        # Shard while still on meta: the unsharded model is never materialised.
+        apply_fsdp(model, mesh["dp"], reshard_after_forward=plan.sharding == "fsdp_full")
+    model.to_empty(device=device)
+    model.init_weights()
+    if not fsdp and plan.dp_enabled:
+        # DDP needs real parameters, so it comes after materialisation.
+        model = apply_ddp(model, mesh["dp"], device, pipelined=plan.pp_enabled)
+    return model

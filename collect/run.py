@@ -1,0 +1,105 @@
+"""Run a sweep with the local pool: resumable, loss-free, with a noise floor.
+
+    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+
+One LocalPool per world size stays alive for the whole sweep (idle ranks block
+on their queue and cost no CPU), so world sizes interleave freely. Before
+anything is measured the hardware fingerprint is taken and saved to
+data/hardware/<id>.json. Every ``reference_every`` plans of a world size its
+reference plan is re-measured; each row carries the latest reference time.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from tqdm import tqdm
+
+from collect.hardware import take_fingerprint
+from collect.pool import LocalPool
+from collect.result import build_row
+from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.store import ResultStore
+from collect.sweep import SweepSpec, measurement_id, schedule_measurements
+
+COMPACT_EVERY = 50  # rows between journal -> Parquet compactions
+
+
+def reference_spec(world_size: int) -> RunSpec:
+    """A fixed small data-parallel plan, the drift probe for one world size."""
+    workload = Workload(layers=2, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch_size=2,
+                        global_batch_size=2 * world_size)
+    return RunSpec(workload=workload, plan=Plan(dp=world_size),
+                   cluster=Cluster(devices_per_node=world_size, memory_bytes=2**34))
+
+
+class SweepRunner:
+    def __init__(self, spec: SweepSpec, out_dir: str | Path = "data/runs", hardware_dir: str | Path = "data/hardware"):
+        self.spec = spec
+        self.store = ResultStore(Path(out_dir) / f"{spec.name}.parquet")
+        self.hardware_dir = Path(hardware_dir)
+        self.host = socket.gethostname()
+        self.counts = {"ok": 0, "oom": 0, "error": 0, "timeout": 0}
+        self.ref_time: dict[int, float] = {}
+        self.since_ref: dict[int, int] = {}
+
+    def run(self, limit: int | None = None) -> dict:
+        order = schedule_measurements(self.spec)
+        done = self.store.done_ids()
+        todo = [item for item in order if measurement_id(item[0], item[1]) not in done]
+        skipped = len(order) - len(todo)
+        if limit is not None:
+            todo = todo[:limit]
+        _save_spec(self.spec, self.store.parquet_path)
+        if not todo:
+            print(f"{self.spec.name}: all {len(order)} measurements already in {self.store.parquet_path}")
+            return self.counts
+        world_sizes = sorted({p.cluster.world_size for p, _, _ in todo})
+        with ExitStack() as stack:
+            self.pools = {ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s))
+                          for ws in world_sizes}
+            self.fingerprint_id = take_fingerprint(self.pools, todo, self.hardware_dir, self.host)
+            try:
+                self._measure_all(todo, skipped=skipped)
+            finally:
+                self.store.compact()
+        return self.counts
+
+    def _measure_all(self, todo, skipped: int) -> None:
+        bar = tqdm(todo, desc=self.spec.name, unit="plan", dynamic_ncols=True)
+        if skipped:
+            bar.write(f"resuming: {skipped} measurements already stored, {len(todo)} to go")
+        for n, (point, repeat_index, repeat_group) in enumerate(bar, start=1):
+            ws = point.cluster.world_size
+            if ws not in self.ref_time or self.since_ref[ws] >= self.spec.reference_every:
+                self._measure_reference(ws)
+            result = self.pools[ws].run(point)
+            self.since_ref[ws] += 1
+            self.counts[result.status] += 1
+            self.store.append(self._row(point, result, measurement_id(point, repeat_index),
+                                        repeat_group=repeat_group, repeat_index=repeat_index))
+            bar.set_postfix(self.counts, refresh=False)
+            if n % COMPACT_EVERY == 0:
+                self.store.compact()
+
+    def _measure_reference(self, ws: int) -> None:
+        spec = reference_spec(ws)
+        result = self.pools[ws].run(spec)
+        if result.status == "ok":
+            self.ref_time[ws] = result.iter_time_s
+        self.since_ref[ws] = 0
+        self.store.append(self._row(spec, result, f"ref-{ws}-{int(time.time() * 1000)}", is_reference=True))
+
+    def _row(self, point: RunSpec, result, mid: str, **extra) -> dict:
+        return build_row(point, result, measurement_id=mid, sweep_id=self.spec.name,
+                         fingerprint_id=self.fingerprint_id, host=self.host,
+                         ref_time_s=self.ref_time.get(point.cluster.world_size),
+                         **{"repeat_group": None, "repeat_index": 0, "is_reference": False, **extra})
+
+
+def _save_spec(spec: SweepSpec, parquet_path: Path) -> None:
+    """The sweep's own spec beside its results, as run (vidur-style)."""
+    path = parquet_path.with_suffix(".sweep.json")
+    path.write_text(spec.model_dump_json(indent=2))

@@ -1,0 +1,148 @@
+"""Sweep specs: which (workload, plan, cluster) points to measure, in what order.
+
+A sweep YAML either lists explicit ``points`` or describes a plan space that a
+sampler draws from (``grid``: every valid point; ``random``: a seeded sample,
+balanced over world sizes). Invalid combinations are filtered out through the
+schema's own ``plan_problems``, so only runnable plans are emitted. A random
+fraction of points is repeated, the repeats spread over the sweep, to measure
+the noise floor. Precedence: CLI flags > sweep YAML > SweepSpec defaults.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field
+
+from collect.measure import MeasureSettings
+from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
+
+
+class Shape(BaseModel):
+    """A GPT shape without its batch (the sampler chooses batch sizes)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    dtype: str = "float32"
+
+
+class SweepSpec(BaseModel):
+    name: str
+    """Sweep id; results go to data/runs/<name>.parquet."""
+    points: list[RunSpec] = []
+    """Explicit points; when given, the space below is not sampled."""
+    shapes: list[Shape] = []
+    world_sizes: list[int] = [1, 2, 4]
+    tp_degrees: list[int] = [1, 2, 4, 8]
+    """Tensor-parallel degrees allowed in the sampled layouts."""
+    micro_batch_sizes: list[int] = [1, 2]
+    num_microbatches: list[int] = [1, 2, 4]
+    shardings: list[str] = ["none", "zero1", "fsdp_grad_op", "fsdp_full"]
+    recomputes: list[str] = ["none", "selective", "full"]
+    pp_schedules: list[str] = ["gpipe", "1f1b", "interleaved_1f1b"]
+    virtual_stages: list[int] = [2]
+    sequence_parallel: list[bool] = [False, True]
+    memory_bytes: list[int] = [2**30]
+    """Per-device capacities to draw from; small ones make oom labels."""
+    sampler: str = Field(default="random", pattern="^(grid|random)$")
+    num_points: int = 100
+    """Points drawn by the random sampler (before repeats)."""
+    seed: int = 0
+    repeat_fraction: float = Field(default=0.1, ge=0, le=1)
+    repeat_count: int = Field(default=3, ge=2)
+    """Total measurements of each repeated point."""
+    reference_every: int = 30
+    """Re-measure the world size's reference plan after this many plans on it."""
+    deadline_s: float = 300.0
+    measure: MeasureSettings = MeasureSettings()
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "SweepSpec":
+        with open(path) as f:
+            return cls.model_validate(yaml.safe_load(f))
+
+
+def layouts(world_size: int) -> list[tuple[int, int, int]]:
+    """Every (pp, dp, tp) with pp * dp * tp = world_size."""
+    return [(pp, dp, world_size // (pp * dp)) for pp in range(1, world_size + 1) for dp in range(1, world_size + 1)
+            if world_size % (pp * dp) == 0]
+
+
+def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
+    points = []
+    allowed = [lay for lay in layouts(world_size) if lay[2] in spec.tp_degrees]
+    for shape, (pp, dp, tp), mbs, nmb, capacity in itertools.product(
+            spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes):
+        workload = Workload(**shape.model_dump(), micro_batch_size=mbs, global_batch_size=dp * mbs * nmb)
+        cluster = Cluster(devices_per_node=world_size, memory_bytes=capacity)
+        for plan_fields in _plan_variants(spec, pp, dp, tp, nmb):
+            plan = Plan(**plan_fields)
+            if not plan_problems(workload, plan, cluster):
+                points.append(RunSpec.model_construct(workload=workload, plan=plan, cluster=cluster))
+    return points
+
+
+def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int):
+    schedules = [(None, 1)] if pp == 1 else [
+        (s, v) for s in spec.pp_schedules for v in ([1] if s != "interleaved_1f1b" else spec.virtual_stages)]
+    sps = spec.sequence_parallel if tp > 1 else [False]
+    for sharding, recompute, (schedule, vs), sp in itertools.product(spec.shardings, spec.recomputes, schedules, sps):
+        yield dict(pp=pp, dp=dp, tp=tp, sharding=sharding, recompute=recompute, pp_schedule=schedule,
+                   virtual_stages=vs, num_microbatches=nmb, sequence_parallel=sp)
+
+
+def sample_points(spec: SweepSpec) -> list[RunSpec]:
+    if spec.points:
+        return list(spec.points)
+    rng = random.Random(spec.seed)
+    by_world = {ws: valid_points(spec, ws) for ws in spec.world_sizes}
+    if spec.sampler == "grid":
+        return [p for pts in by_world.values() for p in pts]
+    per_world = max(1, spec.num_points // len(by_world))
+    chosen = []
+    for pts in by_world.values():
+        chosen += _sample_by_layout(pts, per_world, rng)
+    return chosen
+
+
+def _sample_by_layout(points: list[RunSpec], n: int, rng: random.Random) -> list[RunSpec]:
+    """Draw a (pp, dp, tp) layout uniformly, then a point within it, without replacement.
+
+    Uniform over points would over-weight tensor parallelism, whose layouts have
+    the most variants (sequence parallel doubles them) and are the slowest to run.
+    """
+    by_layout: dict[tuple, list[RunSpec]] = {}
+    for p in points:
+        by_layout.setdefault((p.plan.pp, p.plan.dp, p.plan.tp), []).append(p)
+    pools = {k: rng.sample(v, len(v)) for k, v in sorted(by_layout.items())}
+    chosen = []
+    while len(chosen) < n and pools:
+        layout = rng.choice(sorted(pools))
+        chosen.append(pools[layout].pop())
+        if not pools[layout]:
+            del pools[layout]
+    return chosen
+
+
+def schedule_measurements(spec: SweepSpec) -> list[tuple[RunSpec, int, str | None]]:
+    """(point, repeat_index, repeat_group) in run order: shuffled, repeats spread out."""
+    rng = random.Random(spec.seed + 1)
+    points = sample_points(spec)
+    rng.shuffle(points)
+    repeated = set(rng.sample(range(len(points)), round(spec.repeat_fraction * len(points))))
+    order = [(p, 0, p.run_id if i in repeated else None) for i, p in enumerate(points)]
+    for i in sorted(repeated):
+        for k in range(1, spec.repeat_count):
+            # later in the sweep than the first measurement, at a random position
+            first = next(j for j, item in enumerate(order) if item[0] is points[i])
+            order.insert(rng.randint(first + 1, len(order)), (points[i], k, points[i].run_id))
+    return order
+
+
+def measurement_id(point: RunSpec, repeat_index: int) -> str:
+    return f"{point.run_id}-r{repeat_index}"

@@ -1,0 +1,1 @@
+"""Model-specific code: one module per workload family."""

@@ -1,0 +1,23 @@
+"""Shared builders: tiny GPT specs that run in about a second on gloo ranks."""
+from __future__ import annotations
+
+import pytest
+
+from collect.schema import RunSpec
+
+TINY = dict(layers=4, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch_size=2)
+
+
+def tiny_spec(world_size: int | None = None, memory_bytes: int = 2**30, workload: dict | None = None,
+              **plan) -> RunSpec:
+    dp, nmb = plan.get("dp", 1), plan.get("num_microbatches", 1)
+    w = {**TINY, **(workload or {})}
+    w.setdefault("global_batch_size", dp * w["micro_batch_size"] * nmb)
+    ws = world_size or dp * plan.get("tp", 1) * plan.get("pp", 1)
+    return RunSpec.model_validate({"workload": w, "plan": plan,
+                                   "cluster": {"devices_per_node": ws, "memory_bytes": memory_bytes}})
+
+
+@pytest.fixture
+def spec_factory():
+    return tiny_spec
