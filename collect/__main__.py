@@ -42,8 +42,14 @@ def cmd_measure(args) -> None:
 
 def cmd_sweep(args) -> None:
     from collect.run import SweepRunner
+    from collect.torchrun import run_under_torchrun, under_torchrun
 
     spec = SweepSpec.from_yaml(args.sweep)
+    if under_torchrun():  # GPU clusters: torchrun made the ranks, this process is one of them
+        counts = run_under_torchrun(spec, args.out, args.limit)
+        if counts is not None:
+            print(f"{spec.name}: {counts}")
+        return
     counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(limit=args.limit)
     print(f"{spec.name}: {counts}")
 

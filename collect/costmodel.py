@@ -32,7 +32,8 @@ class ThreeRegionCurve:
     def predict(self, m: float | np.ndarray) -> np.ndarray:
         m = np.maximum(np.asarray(m, dtype=float), 1.0)
         x = np.log2(m)
-        transition = x / 10 ** _sigmoid(x, self.L, self.x0, self.k, self.b)
+        with np.errstate(over="ignore"):  # 10**large -> inf -> 0 s, only outside the region used
+            transition = x / 10 ** _sigmoid(x, self.L, self.x0, self.k, self.b)
         t = np.where(m <= self.m1, self.t_s, transition)
         return np.where(m >= self.m2, self.t_s + m / self.bw_max, t)
 

@@ -28,7 +28,7 @@ def message_sizes(max_bytes: int, min_bytes: int = 16) -> list[int]:
     return sizes
 
 
-def measure_fingerprint_on_rank(max_bytes: int, repeats: int = 5) -> list[dict]:
+def measure_fingerprint_on_rank(max_bytes: int, repeats: int = 15) -> list[dict]:
     world = dist.get_world_size()
     if world == 1:
         return _compute_points(repeats)

@@ -13,7 +13,9 @@ import os
 import queue
 import socket
 import time
+import tempfile
 import traceback
+from pathlib import Path
 
 import torch.multiprocessing as mp
 
@@ -30,7 +32,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, tasks, results, collective_timeout_s: float) -> None:
+def _worker(rank: int, world_size: int, port: int, tasks, results, collective_timeout_s: float,
+            log_path: str) -> None:
+    # The rank's own output (library warnings, the profiler's trace markers) goes to
+    # its log file, so the parent's progress bar stays readable.
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     # One intra-op thread per rank: ranks share the machine's cores like GPUs don't.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -48,7 +56,8 @@ def _worker(rank: int, world_size: int, port: int, tasks, results, collective_ti
                             timeout=datetime.timedelta(seconds=collective_timeout_s))
     results.put(("ready", rank, None))
     device = torch.device("cpu")
-    while (task := tasks.get()) is not None:
+    parent = os.getppid()
+    while (task := _next_task(tasks, parent)) is not None:
         task_id, kind, payload = task
         try:
             if kind == "fingerprint":
@@ -63,6 +72,16 @@ def _worker(rank: int, world_size: int, port: int, tasks, results, collective_ti
             if not isinstance(exc, Exception):
                 raise
     dist.destroy_process_group()
+
+
+def _next_task(tasks, parent: int):
+    """The next task, or None when told to stop or when the parent died (killed sweep)."""
+    while True:
+        try:
+            return tasks.get(timeout=5.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -81,6 +100,10 @@ class LocalPool:
         self.restarts = 0
         self._procs: list = []
         self._task_id = 0
+        self.log_dir = Path(tempfile.gettempdir()) / f"plansight-{os.getpid()}"
+
+    def log_path(self, rank: int) -> Path:
+        return self.log_dir / f"ws{self.world_size}-rank{rank}.log"
 
     def __enter__(self) -> "LocalPool":
         return self
@@ -93,9 +116,11 @@ class LocalPool:
         self._results = ctx.Queue()
         self._tasks = [ctx.Queue() for _ in range(self.world_size)]
         port = _free_port()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self._procs = [
             ctx.Process(target=_worker, daemon=True, name=f"plansight-rank{r}",
-                        args=(r, self.world_size, port, self._tasks[r], self._results, self.deadline_s))
+                        args=(r, self.world_size, port, self._tasks[r], self._results, self.deadline_s,
+                              str(self.log_path(r))))
             for r in range(self.world_size)
         ]
         for p in self._procs:
@@ -112,6 +137,8 @@ class LocalPool:
         payload = {"spec": spec.model_dump_json(), "settings": self.settings.model_dump_json()}
         outcomes = self._submit("measure", payload, self.deadline_s)
         result = combine_ranks(spec, outcomes, self.world_size, self.deadline_s, time.time() - started)
+        if result.status == "timeout":
+            result.error += f"; rank output in {self.log_dir}"
         if result.status in ("error", "timeout"):
             self._restart()
         return result

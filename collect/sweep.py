@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, Field
@@ -49,6 +50,11 @@ class SweepSpec(BaseModel):
     sequence_parallel: list[bool] = [False, True]
     memory_bytes: list[int] = [2**30]
     """Per-device capacities to draw from; small ones make oom labels."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    backend: Literal["gloo", "nccl"] = "gloo"
+    device_kind: str = "cpu"
+    devices_per_node: int | None = None
+    """GPUs per node on a cluster; None puts every world size on one node."""
     sampler: str = Field(default="random", pattern="^(grid|random)$")
     num_points: int = 100
     """Points drawn by the random sampler (before repeats)."""
@@ -79,7 +85,9 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
     for shape, (pp, dp, tp), mbs, nmb, capacity in itertools.product(
             spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes):
         workload = Workload(**shape.model_dump(), micro_batch_size=mbs, global_batch_size=dp * mbs * nmb)
-        cluster = Cluster(devices_per_node=world_size, memory_bytes=capacity)
+        per_node = min(world_size, spec.devices_per_node or world_size)
+        cluster = Cluster(nodes=world_size // per_node, devices_per_node=per_node, memory_bytes=capacity,
+                          device=spec.device, backend=spec.backend, device_kind=spec.device_kind)
         for plan_fields in _plan_variants(spec, pp, dp, tp, nmb):
             plan = Plan(**plan_fields)
             if not plan_problems(workload, plan, cluster):
