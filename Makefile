@@ -6,7 +6,7 @@ SWEEP  ?= collect/sweeps/default.yaml
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit test-collect collect demo clean
+.PHONY: help install test test-unit test-collect test-gnn collect dataset evaluate render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -29,8 +29,20 @@ test-unit: install ## fast single-process tests only
 test-collect: install ## multi-rank collection tests (real gloo ranks)
 	$(PY) -m pytest tests -q -m distributed
 
+test-gnn: install ## execution graph, simulator and baseline tests
+	$(PY) -m pytest tests/unit/test_graph.py tests/unit/test_simulate.py tests/unit/test_baselines.py -q
+
 collect: install ## run a sweep and append its rows to data/ (SWEEP=path.yaml, default: a few minutes)
 	$(PY) -m collect sweep $(SWEEP)
+
+dataset: install ## build (or load the cached) graph dataset from data/runs
+	$(PY) -m gnn.dataset
+
+evaluate: install ## every predictor on every split: prints the table, writes experiments/results/evaluation.json
+	$(PY) -m experiments.evaluate
+
+render: install ## draw a small plan's simulated timeline to docs/img/timeline.png
+	$(PY) -m gnn.render
 
 demo: install ## the main job end to end on the embedded default: a small local collection and its table
 	$(PY) -m experiments.demo

@@ -1,0 +1,73 @@
+"""Analytic per-block costs of the GPT of collect.workloads.gpt under a plan.
+
+Formulas from the transformer characterisation (../shared/seeds/001): per
+layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
+(the b(72sd^2 + 12s^2d) per training step, over three passes); activation bytes
+b(34 s d + 5 a s^2) per layer at 2-byte precision (Korthikanti et al.), scaled
+by the dtype. Tensor parallelism divides the matmul FLOPs and most activation
+bytes by tp; full recompute keeps only each block's input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collect.schema import DTYPE_BYTES, Plan, Workload
+
+ADAM_STATE_BYTES = 8  # two fp32 moments per parameter
+
+
+@dataclass(frozen=True)
+class BlockCosts:
+    """Per micro-batch, per tensor-parallel rank."""
+
+    attn_flops: float
+    mlp_flops: float
+    head_flops: float
+    activation_bytes_per_layer: float  # stored for backward, without recompute
+    boundary_bytes: float  # one hidden-state tensor b*s*d (pipeline p2p, TP collective message)
+    logits_bytes: float
+    layer_params: float  # parameters of one layer on this tp rank
+    embed_params: float
+    head_params: float
+
+
+def dtype_bytes(w: Workload) -> int:
+    return DTYPE_BYTES.get(w.dtype or "bfloat16", 2)
+
+
+def block_costs(w: Workload, plan: Plan) -> BlockCosts:
+    b, s, d, a, v = w.micro_batch_size, w.seq_len, w.hidden, w.heads, w.vocab
+    t, db = plan.tp, dtype_bytes(w)
+    act = s * b * d * (34 + 5 * a * s / d) * db / 2  # Korthikanti's bytes at 2-byte precision, scaled
+    if t > 1:  # norms and dropout inputs stay replicated unless sequence parallel
+        sharded = s * b * d * (24 + 5 * a * s / d) * db / 2
+        act = (act - sharded) / (t if plan.sequence_parallel else 1) + sharded / t
+    return BlockCosts(
+        attn_flops=(8 * b * s * d * d + 4 * b * s * s * d) / t,
+        mlp_flops=16 * b * s * d * d / t,
+        head_flops=2 * b * s * d * v / t,
+        activation_bytes_per_layer=act,
+        boundary_bytes=b * s * d * db,
+        logits_bytes=b * s * v * 4 / t,  # cross-entropy runs in fp32
+        layer_params=(12 * d * d) / t + 13 * d,
+        embed_params=(v * d) / t + s * d,
+        head_params=(v * d) / t + 2 * d,
+    )
+
+
+def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers_per_stage: int) -> float:
+    params = layers_per_stage * costs.layer_params
+    if stage == 0:
+        params += costs.embed_params
+    if stage == plan.num_stages - 1:
+        params += costs.head_params
+    return params
+
+
+def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
+    """Resident parameter, gradient and optimizer bytes on one rank for ``params`` parameters."""
+    db = dtype_bytes(w)
+    shard = plan.dp if plan.sharding.startswith("fsdp") else 1
+    opt_shard = plan.dp if plan.sharding != "none" else 1
+    return {"param": params * db / shard, "grad": params * db / shard,
+            "optimizer": params * ADAM_STATE_BYTES / opt_shard}

@@ -1,0 +1,94 @@
+"""The graph dataset: one execution graph per measured row of data/runs.
+
+    python -m gnn.dataset          # build (or load the cached) dataset and print its size
+
+Targets: log iteration time, log peak memory (NaN where not measured, e.g. the
+vTrain rows) and the oom label. Each graph also carries the row's index into
+``PlanGraphs.meta``, a DataFrame of the rows with their flat features and
+simulator outputs, used for splitting and by the baselines. Processing runs
+once; the cache key hashes the Parquet files and the graph code, so it is
+rebuilt when either changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch_geometric.data import Data, InMemoryDataset
+from tqdm import tqdm
+
+from gnn.features import edge_arrays, node_features, plan_features, sim_features
+from gnn.graph import build_graph
+from gnn.hardware_model import hardware_model
+from gnn.rows import load_runs, row_to_spec
+from gnn.simulate import simulate
+
+REPO = Path(__file__).resolve().parents[1]
+CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "features.py", "rows.py", "hardware_model.py", "dataset.py"]
+
+
+def _cache_key(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    journals = [p.with_suffix(".journal.jsonl") for p in paths]
+    for p in sorted(paths) + [j for j in journals if j.exists()] + [Path(__file__).parent / f for f in CODE_FILES]:
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
+    spec, hw_name, flags = row_to_spec(row)
+    hw = hardware_model(hw_name, hardware_dir)
+    graph = build_graph(spec.workload, spec.plan, spec.cluster, hw)
+    sim = simulate(graph)
+    index, attr = edge_arrays(graph)
+    flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim)}.items()}
+    data = Data(x=torch.from_numpy(node_features(graph)), edge_index=torch.from_numpy(index),
+                edge_attr=torch.from_numpy(attr), u=torch.tensor([list(flat.values())], dtype=torch.float32))
+    return data, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
+                  "num_nodes": len(graph.nodes)}
+
+
+class PlanGraphs(InMemoryDataset):
+    def __init__(self, root: str | Path = REPO / "data", runs: list[str | Path] | None = None):
+        self.runs = [Path(p) for p in (runs or sorted((Path(root) / "runs").glob("*.parquet")))]
+        self.key = _cache_key(self.runs)
+        self.hardware_dir = str(Path(root) / "hardware")
+        super().__init__(str(root))
+        self.load(self.processed_paths[0])
+        self.meta = pd.read_parquet(self.processed_paths[1])
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        return [f"plan_graphs-{self.key}.pt", f"plan_graphs-{self.key}.meta.parquet"]
+
+    def process(self) -> None:
+        df = load_runs(self.runs)
+        graphs, metas = [], []
+        start = time.perf_counter()
+        for i, row in enumerate(tqdm(df.to_dict("records"), desc="building graphs", unit="graph")):
+            data, flat = featurize(row, self.hardware_dir)
+            mem = row.get("peak_mem_bytes")
+            data.y = torch.tensor([[math.log(row["iter_time_s"]),
+                                    math.log(mem) if mem is not None and mem == mem else float("nan")]])
+            data.oom = torch.tensor([float(row["status"] == "oom")])
+            data.row = torch.tensor([i])
+            graphs.append(data)
+            metas.append(flat)
+        meta = pd.concat([df, pd.DataFrame(metas)], axis=1)
+        meta.attrs["graphs_per_s"] = len(df) / (time.perf_counter() - start)
+        self.save(graphs, self.processed_paths[0])
+        meta.to_parquet(self.processed_paths[1], index=False)
+
+
+def main() -> None:
+    ds = PlanGraphs()
+    print(f"{len(ds)} graphs ({ds.meta.domain.value_counts().to_dict()}), "
+          f"median {int(ds.meta.num_nodes.median())} nodes, cache {ds.processed_paths[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Execution graphs of tiny hand-built plans, checked node by node."""
+from collections import Counter
+
+import pytest
+
+from collect.schema import RunSpec
+from gnn.graph import build_graph
+from gnn.hardware_model import HardwareModel
+from gnn.schedule import rank_orders
+
+W = dict(layers=4, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch_size=2)
+
+
+class UnitHardware(HardwareModel):
+    """1 GFLOP/s compute, 1 GB/s links with no latency: easy numbers."""
+
+    def __init__(self):
+        self.id, self.measured = "unit", True
+
+    def compute_time(self, flops, dtype):
+        return flops / 1e9
+
+    def comm_time(self, op, message_bytes, group, crosses_node=False):
+        return 0.0 if group <= 1 else message_bytes / 1e9
+
+
+def graph(workload=None, **plan):
+    dp, nmb = plan.get("dp", 1), plan.get("num_microbatches", 1)
+    w = {**W, **(workload or {}), "global_batch_size": dp * W["micro_batch_size"] * nmb}
+    ws = dp * plan.get("tp", 1) * plan.get("pp", 1)
+    spec = RunSpec.model_validate({"workload": w, "plan": plan, "cluster": {"devices_per_node": ws, "memory_bytes": 2**30}})
+    return build_graph(spec.workload, spec.plan, spec.cluster, UnitHardware()), spec
+
+
+def kinds(g, phase=None):
+    return Counter(n.kind for n in g.nodes if phase is None or n.phase == phase)
+
+
+def test_ddp_plan_nodes_and_gradient_all_reduce():
+    g, spec = graph(dp=2)
+    assert kinds(g, "forward") == {"embed": 1, "attn": 1, "mlp": 1, "head": 1}
+    assert kinds(g, "backward") == {"head": 1, "mlp": 1, "attn": 1, "embed": 1, "dp_comm": 1}
+    assert kinds(g, "step") == {"optimizer": 1}
+    (ar,) = [n for n in g.nodes if n.kind == "dp_comm"]
+    assert ar.group == 2 and ar.count == 1
+    assert ar.message_bytes == spec.workload.num_params * 4  # fp32 gradients, one bucket
+    attn = next(n for n in g.nodes if n.kind == "attn" and n.phase == "forward")
+    assert attn.count == 4  # four layers compressed into one node
+    b, s, d = 2, 32, 64
+    assert attn.flops == 4 * (8 * b * s * d * d + 4 * b * s * s * d)
+
+
+def test_tensor_parallel_collectives_per_block_and_phase():
+    g, _ = graph(tp=2)
+    tp = [n for n in g.nodes if n.kind == "tp_comm"]
+    assert Counter(n.phase for n in tp) == {"forward": 2, "backward": 2}
+    assert all(n.group == 2 and n.count == 4 and n.message_bytes == 2 * 32 * 64 * 4 for n in tp)
+    assert "dp_comm" not in kinds(g)
+
+
+def test_pipeline_send_recv_and_gpipe_order():
+    g, _ = graph(pp=2, pp_schedule="gpipe", num_microbatches=2)
+    p2p = [n for n in g.nodes if n.kind == "p2p"]
+    assert Counter((n.phase, n.stage) for n in p2p) == {("forward", 0): 2, ("backward", 1): 2}
+    assert all(n.message_bytes == 2 * 32 * 64 * 4 for n in p2p)
+    assert kinds(g, "forward")["embed"] == 2 and kinds(g, "forward")["head"] == 2  # stage 0 embeds, stage 1 has the head
+    assert g.num_ranks == 2
+
+
+def test_fsdp_full_gathers_every_pass_and_reduce_scatters():
+    g, spec = graph(dp=2, sharding="fsdp_full", num_microbatches=2)
+    assert Counter((n.kind, n.phase) for n in g.nodes if n.kind.startswith("fsdp")) == {
+        ("fsdp_allgather", "forward"): 2, ("fsdp_allgather", "backward"): 2, ("fsdp_reducescatter", "backward"): 2}
+    gather = next(n for n in g.nodes if n.kind == "fsdp_allgather")
+    assert gather.message_bytes == pytest.approx(spec.workload.num_params * 4 / 2)
+
+
+def test_fsdp_grad_op_gathers_once_per_pipeline_stage():
+    g, _ = graph(dp=2, pp=2, sharding="fsdp_grad_op", num_microbatches=2)
+    assert Counter((n.kind, n.phase) for n in g.nodes if n.kind.startswith("fsdp")) == {
+        ("fsdp_allgather", "forward"): 2, ("fsdp_reducescatter", "backward"): 4}
+
+
+def test_zero1_all_gathers_parameters_after_the_step():
+    g, _ = graph(dp=2, sharding="zero1")
+    assert kinds(g)["zero_allgather"] == 1 and kinds(g)["dp_comm"] == 1
+
+
+def test_recompute_adds_a_recompute_pass_and_saves_less():
+    plain, _ = graph(dp=2)
+    full, _ = graph(dp=2, recompute="full")
+    assert kinds(full, "recompute") == {"attn": 1}
+    saved = lambda g: sum(n.alloc_bytes for n in g.nodes if n.phase == "forward")
+    assert saved(full) < saved(plain) / 5
+
+
+@pytest.mark.parametrize("schedule, expected", [
+    ("gpipe", [[("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0), ("B", 0, 1), ("B", 0, 2)],
+               [("F", 1, 0), ("F", 1, 1), ("F", 1, 2), ("B", 1, 0), ("B", 1, 1), ("B", 1, 2)]]),
+    ("1f1b", [[("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("F", 0, 2), ("B", 0, 1), ("B", 0, 2)],
+              [("F", 1, 0), ("B", 1, 0), ("F", 1, 1), ("B", 1, 1), ("F", 1, 2), ("B", 1, 2)]]),
+])
+def test_schedule_orders(schedule, expected):
+    from collect.schema import Plan
+    assert rank_orders(Plan(pp=2, pp_schedule=schedule, num_microbatches=3)) == expected
+
+
+def test_interleaved_order_loops_chunks_and_covers_every_pass():
+    from collect.schema import Plan
+    orders = rank_orders(Plan(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4))
+    assert orders[1][:4] == [("F", 1, 0), ("F", 1, 1), ("F", 3, 0), ("B", 3, 0)]
+    for rank, order in enumerate(orders):
+        assert sorted(order) == sorted((p, s, m) for p in "FB" for s in (rank, rank + 2) for m in range(4))
+
+
+def test_graph_edges_point_forward():
+    """The compiler adds a node after its dependencies: every edge goes to a later node."""
+    g, _ = graph(pp=2, dp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4,
+                 sharding="fsdp_full")
+    assert all(src < dst for src, dst, _ in g.edges)
