@@ -19,7 +19,8 @@ from scipy.optimize import nnls
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 PLAN_FEATURES_PREFIX = "f_"
-SIM_COLUMNS = ("f_log_sim_time", "f_log_sim_mem", "f_log_sim_compute", "f_log_sim_comm", "f_log_sim_exposed")
+SIM_COLUMNS = ("f_log_sim_time", "f_log_sim_mem", "f_log_sim_compute", "f_log_sim_comm", "f_log_sim_exposed",
+               "f_log_analytic_mem")  # model outputs, not plan features: kept from the tabular baseline
 
 
 class Predictor:
@@ -64,7 +65,8 @@ class AnalyticalPredictor(Predictor):
 
     @staticmethod
     def _mem_terms(df: pd.DataFrame) -> np.ndarray:
-        return np.column_stack([np.exp(df["f_log_sim_mem"]), np.ones(len(df))])
+        # closed-form parameter, gradient, optimizer and activation accounting (gnn.costs)
+        return np.column_stack([np.exp(df["f_log_analytic_mem"]), np.ones(len(df))])
 
     def predict(self, rows):
         out = pd.DataFrame(index=rows.index)

@@ -71,3 +71,32 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     opt_shard = plan.dp if plan.sharding != "none" else 1
     return {"param": params * db / shard, "grad": params * db / shard,
             "optimizer": params * ADAM_STATE_BYTES / opt_shard}
+
+
+def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:
+    """Micro-batches whose activations a stage holds at its peak (first stage: the worst).
+
+    GPipe keeps all of them; 1F1B at most pp - stage; interleaved 1F1B
+    Megatron's warm-up count (pp - stage - 1) * 2 + (v - 1) * pp + 1, spread over
+    v chunks, so in layer-equivalents of the stage's share of the model.
+    """
+    n = plan.num_microbatches
+    if plan.pp == 1 or plan.pp_schedule == "gpipe":
+        return float(n) if plan.pp > 1 else 1.0
+    if plan.pp_schedule == "1f1b":
+        return float(min(n, plan.pp - stage))
+    v = plan.virtual_stages
+    return min(n * v, (plan.pp - stage - 1) * 2 + (v - 1) * plan.pp + 1) / v
+
+
+def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
+    """Closed-form peak of the first pipeline rank (the one holding most activations)."""
+    c = block_costs(w, plan)
+    layers = w.layers // plan.pp
+    params = layers * c.layer_params + c.embed_params + (c.head_params if plan.pp == 1 else 0.0)
+    state = sum(state_bytes(w, plan, params).values())
+    saved = {"none": c.activation_bytes_per_layer, "selective": c.boundary_bytes * (1 + 4 / plan.tp),
+             "full": c.boundary_bytes}[plan.recompute]
+    activations = in_flight_microbatches(plan) * layers * saved
+    logits = 3 * c.logits_bytes if plan.pp == 1 else 0.0  # logits, their softmax and its gradient
+    return state + activations + logits

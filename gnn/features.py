@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from collect.schema import RunSpec
-from gnn.costs import dtype_bytes
+from gnn.costs import analytic_peak_bytes, dtype_bytes
 from gnn.graph import EDGE_KINDS, KINDS, PHASES, ExecGraph
 from gnn.hardware_model import HardwareModel
 from gnn.simulate import SimResult
@@ -64,7 +64,8 @@ def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, fl
               "log_params": math.log(w.num_params), "log_world": math.log2(c.world_size),
               "log_capacity": math.log(c.memory_bytes), "cuda": float(c.device == "cuda"),
               "log_flops_per_s": math.log(hw.compute_time(1.0, w.dtype) ** -1),
-              "log_mem_bw": math.log(hw.memory_bandwidth)})
+              "log_mem_bw": math.log(hw.memory_bandwidth),
+              "log_analytic_mem": math.log(analytic_peak_bytes(w, p))})
     f.update({k: float(v) for k, v in flags.items()})
     return f
 

@@ -5,8 +5,9 @@ nodes are compute blocks (embedding, attention, MLP, head/loss, per pipeline
 stage, micro-batch and phase, plus the optimizer step) and communication (TP
 all-reduce or reduce-scatter/all-gather, DP gradient all-reduce, FSDP
 all-gather / reduce-scatter, ZeRO-1 parameter all-gather, pipeline send/recv).
-Edges are data dependencies and each rank's program order on its compute and
-communication streams, which is where the pipeline schedule lives.
+Edges are data dependencies and each rank's program order on its streams
+(compute, collectives, pipeline send/recv), which is where the pipeline
+schedule lives.
 
 Size: only pipeline ranks are expanded. DP and TP replicas are symmetric, so
 they appear as group sizes on the collectives. A stage's repeated layers are
@@ -51,6 +52,9 @@ class Node:
 
     @property
     def stream(self) -> int:
+        """0 compute, 1 collectives, 2 pipeline send/recv (its own communicator, as in torch)."""
+        if self.kind == "p2p":
+            return 2
         return 1 if self.kind in COMM_KINDS else 0
 
 

@@ -14,16 +14,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 from collect.schema import RunSpec  # noqa: E402
 from gnn.graph import KINDS, ExecGraph, build_graph  # noqa: E402
 from gnn.hardware_model import hardware_model  # noqa: E402
-from gnn.simulate import simulate  # noqa: E402
+from gnn.simulate import NUM_STREAMS, simulate  # noqa: E402
 
 COLORS = dict(zip(KINDS, plt.get_cmap("tab20").colors))
 
 
 def draw_timeline(g: ExecGraph, title: str, path: str) -> None:
     sim = simulate(g)
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.9 * g.num_ranks))
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.2 * g.num_ranks))
     for i, node in enumerate(g.nodes):
-        row = 2 * node.rank + node.stream
+        row = NUM_STREAMS * node.rank + node.stream
         width = sim.end[i] - sim.start[i]
         if width <= 0:
             continue
@@ -31,7 +31,8 @@ def draw_timeline(g: ExecGraph, title: str, path: str) -> None:
                 hatch="//" if node.phase in ("backward", "recompute") else None, edgecolor="black", linewidth=0.3)
         if node.microbatch >= 0 and node.stream == 0 and node.kind in ("attn", "mlp"):
             ax.text((sim.start[i] + width / 2) * 1e3, row, str(node.microbatch), ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(2 * g.num_ranks), [f"rank {r} {s}" for r in range(g.num_ranks) for s in ("compute", "comm")])
+    streams = ("compute", "collectives", "send/recv")
+    ax.set_yticks(range(NUM_STREAMS * g.num_ranks), [f"rank {r} {s}" for r in range(g.num_ranks) for s in streams])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms); hatched = backward / recompute; numbers = micro-batch")
     used = sorted({n.kind for n in g.nodes}, key=KINDS.index)

@@ -70,3 +70,23 @@ def test_one_f_one_b_holds_fewer_activations_than_gpipe():
     gpipe, _ = graph(pp=2, pp_schedule="gpipe", num_microbatches=4)
     one_f, _ = graph(pp=2, pp_schedule="1f1b", num_microbatches=4)
     assert simulate(one_f).peak_mem_per_rank[0] < simulate(gpipe).peak_mem_per_rank[0]
+
+
+def test_concurrent_transfers_on_a_rank_share_its_bandwidth():
+    """A DP all-reduce and a pipeline send of 1 s each, at once on one rank: both end at 2 s."""
+    ar = Node("dp_comm", "backward", 0, 0, 0, est_time=1.0)
+    p2p = Node("p2p", "backward", 0, 0, 0, est_time=1.0)
+    r = simulate(_graph([ar, p2p], []))
+    assert list(r.end) == pytest.approx([2.0, 2.0])
+    # a transfer on another rank does not share this rank's link
+    other = Node("p2p", "backward", 1, 1, 0, est_time=1.0)
+    r = simulate(_graph([ar, other], [], static=(0.0, 0.0)))
+    assert list(r.end) == pytest.approx([1.0, 1.0])
+
+
+def test_sharing_ends_when_one_transfer_finishes():
+    short = Node("dp_comm", "backward", 0, 0, 0, est_time=0.5)
+    long = Node("p2p", "backward", 0, 0, 0, est_time=1.0)
+    r = simulate(_graph([short, long], []))
+    # both at half rate until 1.0 s (short done), then long finishes its last 0.5 s alone
+    assert list(r.end) == pytest.approx([1.0, 1.5])
