@@ -1,0 +1,55 @@
+"""Lightning wrapper of PlanGNN: one _common_step for train / val / test."""
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from gnn.model import PlanGNN
+
+OOM_WEIGHT = 0.1  # the oom head is a tie-breaker beside the memory regression
+
+
+class Surrogate(L.LightningModule):
+    def __init__(self, node_dim: int, edge_dim: int, global_dim: int, sim_index: tuple[int, int],
+                 physics_columns: dict, physics: bool = True, hidden: int = 64, num_layers: int = 3,
+                 dropout: float = 0.1, lr: float = 2e-3, weight_decay: float = 1e-5):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = PlanGNN(node_dim, edge_dim, global_dim, sim_index if physics else None, hidden, num_layers, dropout)
+        # Without physics the simulator's outputs and the per-node cost estimates are masked out.
+        x_mask, u_mask = torch.ones(node_dim), torch.ones(global_dim)
+        if not physics:
+            x_mask[physics_columns["node"]] = 0
+            u_mask[physics_columns["global"]] = 0
+        self.register_buffer("x_mask", x_mask)
+        self.register_buffer("u_mask", u_mask)
+
+    def forward(self, batch) -> torch.Tensor:
+        return self.model(batch.x * self.x_mask, batch.edge_index, batch.edge_attr, batch.u * self.u_mask, batch.batch)
+
+    def _common_step(self, batch, batch_idx: int, stage: str) -> torch.Tensor:
+        out = self(batch)
+        y = batch.y
+        loss = F.mse_loss(out[:, 0], y[:, 0])
+        has_mem = ~torch.isnan(y[:, 1])
+        if has_mem.any():
+            loss = loss + F.mse_loss(out[has_mem, 1], y[has_mem, 1])
+            loss = loss + OOM_WEIGHT * F.binary_cross_entropy_with_logits(out[has_mem, 2], batch.oom[has_mem])
+        size = y.shape[0]
+        self.log(f"{stage}_loss", loss, batch_size=size, prog_bar=stage == "val")
+        self.log(f"{stage}_time_mape", (torch.exp(out[:, 0] - y[:, 0]) - 1).abs().mean(), batch_size=size,
+                 prog_bar=stage == "val")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._common_step(batch, batch_idx, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._common_step(batch, batch_idx, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._common_step(batch, batch_idx, "test")
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
