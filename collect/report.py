@@ -17,12 +17,12 @@ import pandas as pd
 from collect.store import ResultStore
 
 
-def noise_floor(df: pd.DataFrame) -> pd.DataFrame:
+def noise_floor(df: pd.DataFrame, column: str = "iter_time_s") -> pd.DataFrame:
     ok = df[(df["status"] == "ok") & df["repeat_group"].notna()].copy()
-    ok["group_median"] = ok.groupby("repeat_group")["iter_time_s"].transform("median")
-    ok["group_size"] = ok.groupby("repeat_group")["iter_time_s"].transform("size")
+    ok["group_median"] = ok.groupby("repeat_group")[column].transform("median")
+    ok["group_size"] = ok.groupby("repeat_group")[column].transform("size")
     ok = ok[ok["group_size"] >= 2]
-    ok["rel_dev"] = (ok["iter_time_s"] - ok["group_median"]).abs() / ok["group_median"]
+    ok["rel_dev"] = (ok[column] - ok["group_median"]).abs() / ok["group_median"]
     rows = [("all", ok)] + [(f"world_size={ws}", g) for ws, g in ok.groupby("world_size")]
     return pd.DataFrame([{"subset": name, "groups": g["repeat_group"].nunique(), "measurements": len(g),
                           "median_rel_dev": g["rel_dev"].median(), "mean_rel_dev": g["rel_dev"].mean()}
@@ -63,8 +63,9 @@ def render(df: pd.DataFrame, markdown: bool) -> str:
              f"{df['is_reference'].astype(bool).sum()} reference), measuring {busy:.2f} h over {span:.2f} h"]
     for title, table in counts(df).items():
         parts += [f"\n{title}\n", fmt(table)]
-    parts += ["\nnoise floor (relative deviation of repeats from their group median)\n",
-              fmt(noise_floor(df).round(4).set_index("subset"))]
+    for column, label in (("iter_time_s", "iteration time"), ("peak_mem_bytes", "peak memory")):
+        parts += [f"\nnoise floor of {label} (relative deviation of repeats from their group median)\n",
+                  fmt(noise_floor(df, column).round(4).set_index("subset"))]
     parts += ["\nreference plan iteration time (s) by world size (drift)\n", fmt(drift(df).round(4))]
     return "\n".join(parts)
 
