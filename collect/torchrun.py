@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from collect.measure import measure_on_rank
-from collect.result import RankOutcome, RunResult, build_row, combine_ranks
+from collect.result import RankOutcome, build_row, combine_ranks
 from collect.store import ResultStore
 from collect.sweep import SweepSpec, measurement_id, schedule_measurements
 

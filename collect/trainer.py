@@ -8,7 +8,6 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from collect.parallel.dp import build_optimizer

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
 
 from collect.costmodel import ThreeRegionCurve
 from collect.hardware import load_hardware

@@ -20,7 +20,6 @@ only while their node runs.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np

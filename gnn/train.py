@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import lightning as L
 import mlflow

@@ -21,3 +21,16 @@ def tiny_spec(world_size: int | None = None, memory_bytes: int = 2**30, workload
 @pytest.fixture
 def spec_factory():
     return tiny_spec
+
+
+@pytest.fixture(scope="session")
+def vtrain_dataset(tmp_path_factory):
+    """The graph dataset over the shipped vTrain rows, built once into a temporary cache."""
+    from pathlib import Path
+
+    from gnn.dataset import PlanGraphs
+
+    repo = Path(__file__).resolve().parents[1]
+    root = tmp_path_factory.mktemp("data")
+    (root / "hardware").symlink_to(repo / "data" / "hardware")
+    return PlanGraphs(root=root, runs=[repo / "data" / "runs" / "vtrain-a100.parquet"])

@@ -1,27 +1,17 @@
 """The baselines and the evaluation records on a small real slice of the shipped data."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from experiments.evaluate import evaluate_predictor
 from gnn.baselines import REGISTRY
-from gnn.dataset import PlanGraphs
 from gnn.metrics import error_stats, oom_stats, ranking_stats
 from gnn.splits import named_splits
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "hardware").symlink_to(REPO / "data" / "hardware")
-    return PlanGraphs(root=root, runs=[REPO / "data" / "runs" / "vtrain-a100.parquet"])
-
-
-def test_dataset_graphs_and_targets(dataset):
+def test_dataset_graphs_and_targets(vtrain_dataset):
+    dataset = vtrain_dataset
     assert len(dataset) == 1440 == len(dataset.meta)
     g = dataset[0]
     assert g.x.shape[1] == dataset.num_node_features and g.edge_index.shape[0] == 2
@@ -30,7 +20,8 @@ def test_dataset_graphs_and_targets(dataset):
     assert np.isnan(float(g.y[0, 1]))  # vTrain does not report memory
 
 
-def test_splits_are_deterministic_and_disjoint(dataset):
+def test_splits_are_deterministic_and_disjoint(vtrain_dataset):
+    dataset = vtrain_dataset
     a, b = named_splits(dataset.meta), named_splits(dataset.meta)
     assert set(a) == {"a100/random", "a100/held_out_hidden", "a100/held_out_layers"}
     for name, parts in a.items():
@@ -41,7 +32,8 @@ def test_splits_are_deterministic_and_disjoint(dataset):
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_every_baseline_fits_and_predicts_positive_times(dataset, name):
+def test_every_baseline_fits_and_predicts_positive_times(vtrain_dataset, name):
+    dataset = vtrain_dataset
     parts = named_splits(dataset.meta)["a100/random"]
     records = evaluate_predictor(name, dataset.meta, "a100/random", parts)
     time = next(r for r in records if r["target"] == "time")

@@ -1,26 +1,14 @@
 """A real (small) GNN training run, tracked in a temporary MLflow sqlite store, registered and reloaded."""
-from pathlib import Path
-
 import mlflow
 import numpy as np
-import pytest
 import torch
 
-from gnn.dataset import PlanGraphs
 from gnn.splits import named_splits
 from gnn.train import TrainConfig, fit, predict
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "hardware").symlink_to(REPO / "data" / "hardware")
-    return PlanGraphs(root=root, runs=[REPO / "data" / "runs" / "vtrain-a100.parquet"])
-
-
-def test_train_track_register_and_reload(dataset, tmp_path, monkeypatch):
+def test_train_track_register_and_reload(vtrain_dataset, tmp_path, monkeypatch):
+    dataset = vtrain_dataset
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     from gnn.tracking import CHAMPION, MODEL_NAME, register_if_better, setup
 
