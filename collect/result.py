@@ -78,7 +78,7 @@ def build_row(spec: RunSpec, result: RunResult, **extra) -> dict:
         "error": result.error,
         "world_size": c.world_size,
         **p.model_dump(),
-        **{k: v for k, v in w.model_dump().items()},
+        **w.model_dump(),
         "nodes": c.nodes, "devices_per_node": c.devices_per_node, "device": c.device,
         "device_kind": c.device_kind, "memory_bytes": c.memory_bytes, "backend": c.backend,
         "num_params": w.num_params,

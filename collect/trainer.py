@@ -33,7 +33,8 @@ class PlanTrainer:
             pp_rank = self.mesh["pp"].get_local_rank()
             self.stages = {s: parallelize(split_stage(meta_model, plan, s), self.mesh, plan, device)
                            for s in stage_ids(plan, pp_rank)}
-            self.schedule = build_schedule(self.stages, plan, self.mesh["pp"], device, cross_entropy_loss)
+            self.schedule, self.pipeline_stages = build_schedule(self.stages, plan, self.mesh["pp"], device,
+                                                                 cross_entropy_loss)
             modules = list(self.stages.values())
         else:
             self.model = parallelize(meta_model, self.mesh, plan, device)
@@ -60,9 +61,8 @@ class PlanTrainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _pipeline_step(self) -> None:
-        stages = self.schedule._stages if hasattr(self.schedule, "_stages") else [self.schedule._stage]
-        inputs = (self.tokens,) if any(s.is_first for s in stages) else ()
-        target = self.targets if any(s.is_last for s in stages) else None
+        inputs = (self.tokens,) if any(s.is_first for s in self.pipeline_stages) else ()
+        target = self.targets if any(s.is_last for s in self.pipeline_stages) else None
         self.schedule.step(*inputs, target=target)
 
     def _accumulation_step(self) -> None:
@@ -77,6 +77,6 @@ class PlanTrainer:
                 loss.backward()
 
     def close(self) -> None:
-        for name in ("schedule", "stages", "model", "optimizer", "tokens", "targets", "mesh"):
+        for name in ("schedule", "pipeline_stages", "stages", "model", "optimizer", "tokens", "targets", "mesh"):
             if hasattr(self, name):
                 delattr(self, name)
