@@ -6,7 +6,7 @@ SWEEP  ?= collect/sweeps/default.yaml
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit test-collect test-gnn collect dataset evaluate render demo clean
+.PHONY: help install test test-unit test-collect test-gnn collect dataset evaluate train render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ dataset: install ## build (or load the cached) graph dataset from data/runs
 
 evaluate: install ## every predictor on every split: prints the table, writes experiments/results/evaluation.json
 	$(PY) -m experiments.evaluate
+
+train: install ## train the GNN surrogate on the cpu/random split, log to MLflow (sqlite:///mlflow.db), register if better
+	$(PY) -m gnn.train
 
 render: install ## draw a small plan's simulated timeline to docs/img/timeline.png
 	$(PY) -m gnn.render
