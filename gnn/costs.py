@@ -73,6 +73,14 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
             "optimizer": params * ADAM_STATE_BYTES / opt_shard}
 
 
+def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:
+    """Activation bytes one layer keeps for backward: all of them, the matmul outputs
+    (selective: the block input plus 4 hidden-sized tensors per tp shard), or the block input (full)."""
+    if plan.recompute == "none":
+        return c.activation_bytes_per_layer
+    return c.boundary_bytes * (1 + 4 / plan.tp) if plan.recompute == "selective" else c.boundary_bytes
+
+
 def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:
     """Micro-batches whose activations a stage holds at its peak (first stage: the worst).
 
@@ -95,8 +103,6 @@ def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
     layers = w.layers // plan.pp
     params = layers * c.layer_params + c.embed_params + (c.head_params if plan.pp == 1 else 0.0)
     state = sum(state_bytes(w, plan, params).values())
-    saved = {"none": c.activation_bytes_per_layer, "selective": c.boundary_bytes * (1 + 4 / plan.tp),
-             "full": c.boundary_bytes}[plan.recompute]
-    activations = in_flight_microbatches(plan) * layers * saved
+    activations = in_flight_microbatches(plan) * layers * saved_bytes_per_layer(c, plan)
     logits = 3 * c.logits_bytes if plan.pp == 1 else 0.0  # logits, their softmax and its gradient
     return state + activations + logits

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
-from gnn.costs import BlockCosts, block_costs, dtype_bytes, stage_params, state_bytes
+from gnn.costs import BlockCosts, block_costs, dtype_bytes, saved_bytes_per_layer, stage_params, state_bytes
 from gnn.hardware_model import HardwareModel
 from gnn.schedule import rank_orders
 
@@ -81,7 +81,6 @@ class _Builder:
         self.edges: list[tuple[int, int, str]] = []
         self.last_on_stream: dict[tuple[int, int], int] = {}
         self.pass_end: dict[tuple[str, int, int], int] = {}  # (phase, stage, mb) -> last node of that pass
-        self.pass_start: dict[tuple[str, int, int], int] = {}
         self.saved_bytes: dict[tuple[int, int], float] = {}  # (stage, mb) -> activations its forward keeps
         per_node = cluster.devices_per_node
         # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
@@ -159,23 +158,16 @@ def _global_order(orders):
 def _forward(b: _Builder, rank: int, stage: int, mb: int, first: bool) -> None:
     plan, c, L = b.plan, b.c, b.layers_per_stage
     deps = [b.pass_end.get(("F", stage - 1, mb))]
-    start = None
     # grad_op keeps parameters gathered across a pipeline's micro-batches; without pp the
     # trainer reshards after each backward, so every micro-batch gathers again.
     if plan.sharding == "fsdp_full" or (plan.sharding == "fsdp_grad_op" and (first or plan.pp == 1)):
-        start = b.add(_fsdp_gather(b, rank, stage, mb, "forward"), deps)
-        deps = [start]
+        deps = [b.add(_fsdp_gather(b, rank, stage, mb, "forward"), deps)]
     if stage == 0:
-        idx = b.add(Node("embed", "forward", rank, stage, mb, flops=0.0, alloc_bytes=c.boundary_bytes), deps)
-        start = start if start is not None else idx
-        deps = [idx]
-    saved = c.activation_bytes_per_layer if plan.recompute == "none" else (
-        c.boundary_bytes * (1 + 4 / plan.tp) if plan.recompute == "selective" else c.boundary_bytes)
+        deps = [b.add(Node("embed", "forward", rank, stage, mb, flops=0.0, alloc_bytes=c.boundary_bytes), deps)]
+    saved = saved_bytes_per_layer(c, plan)
     for kind, flops in (("attn", c.attn_flops), ("mlp", c.mlp_flops)):
-        idx = b.add(Node(kind, "forward", rank, stage, mb, count=L, flops=L * flops,
-                         alloc_bytes=L * saved / 2), deps)
-        start = start if start is not None else idx
-        deps = [idx]
+        deps = [b.add(Node(kind, "forward", rank, stage, mb, count=L, flops=L * flops,
+                           alloc_bytes=L * saved / 2), deps)]
         if plan.tp > 1:
             deps = [b.add(_tp_comm(b, rank, stage, mb, "forward"), deps)]
     if stage == plan.num_stages - 1:
@@ -184,7 +176,6 @@ def _forward(b: _Builder, rank: int, stage: int, mb: int, first: bool) -> None:
     else:
         deps = [b.add(Node("p2p", "forward", rank, stage, mb, message_bytes=c.boundary_bytes, group=2,
                            crosses_node=b.pp_cross), deps)]
-    b.pass_start[("F", stage, mb)] = start
     b.pass_end[("F", stage, mb)] = deps[0]
 
 
