@@ -64,8 +64,12 @@ def test_four_rank_composition(pools, name):
 
 
 def test_sharding_reduces_memory(pools):
-    """FSDP's point, measured: a parameter-heavy model's peak drops under full sharding."""
-    wide = {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 8, "micro_batch_size": 1}
+    """FSDP's point, measured: a parameter-heavy model's peak drops under full sharding.
+
+    4 layers, not 2: FSDP gathers one block at a time, and with 2 blocks that gathered
+    block is so large a share of the peak that the ratio ranged 0.67-0.80 between runs
+    (0.61-0.65 with 4), too close to the bound."""
+    wide = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 8, "micro_batch_size": 1}
     ddp = pools[2].run(tiny_spec(dp=2, workload=wide))
     fsdp = pools[2].run(tiny_spec(dp=2, sharding="fsdp_full", workload=wide))
     assert ddp.status == fsdp.status == "ok"
