@@ -1,17 +1,27 @@
-"""Evaluate every predictor on every named split; print the table, write the records.
+"""Evaluate the GNN and every baseline on every named split; print the table, write and log the records.
 
-    python -m experiments.evaluate [--out experiments/results/evaluation.json]   (make evaluate)
+    python -m experiments.evaluate [--members 3] [--no-gnn] [--no-ablation]     (make evaluate)
 
-Each predictor is fit on a split's training rows (train + val: the baselines
-have no hyper-parameters to select) and scored on its test rows, separately for
-the CPU runs and the A100 (vTrain) rows. Records: {predictor, domain, split,
-target (time | memory), n, mape, gmae, p90, max}, plus oom and ranking
-records, plus the measured noise floor of each CPU split's test rows.
+Baselines are fit on a split's training and validation rows (they have no
+hyper-parameters to select) and scored on its test rows, per hardware domain.
+The GNN ensemble trains on the training rows, early-stops and calibrates its
+intervals on the validation rows, and is scored on the same test rows. Its
+random-split figures come from the served model's split, all/random, which
+holds out exactly the test rows of cpu/random and a100/random. The ablation
+(gnn_no_physics) trains the same ensemble with the simulator's and analytical
+estimates masked out. GNN results are cached per split under build/evaluate/,
+keyed on the data, the code and the config, so an interrupted run resumes.
+
+Records: {predictor, domain, split, target (time | memory | oom | ranking), n,
+mape, mdape, gmae, p90, max, coverage, ...}, plus the measured noise floor of
+each CPU split's test rows (predictor noise_floor).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +30,12 @@ import pandas as pd
 from collect.report import noise_floor
 from gnn.baselines import REGISTRY
 from gnn.dataset import PlanGraphs
-from gnn.metrics import error_stats, oom_stats, ranking_stats
-from gnn.splits import named_splits
+from gnn.scoring import score
+from gnn.splits import SERVING_SPLIT, named_splits
+from gnn.train import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / "build" / "evaluate"
 
 
 def evaluate_predictor(name: str, meta: pd.DataFrame, split: str, parts: dict) -> list[dict]:
@@ -29,15 +43,31 @@ def evaluate_predictor(name: str, meta: pd.DataFrame, split: str, parts: dict) -
     train = meta.loc[np.concatenate([parts["train"], parts["val"]])]
     test = meta.loc[parts["test"]]
     pred = REGISTRY[name]().fit(train).predict(test)
-    base = {"predictor": name, "domain": domain, "split": split_name}
-    records = [{**base, "target": "time", **error_stats(pred["pred_time_s"].to_numpy(), test["iter_time_s"].to_numpy())}]
-    if test["peak_mem_bytes"].notna().any():
-        records.append({**base, "target": "memory",
-                        **error_stats(pred["pred_mem_bytes"].to_numpy(dtype=float), test["peak_mem_bytes"].to_numpy(dtype=float))})
-        records.append({**base, "target": "oom", **oom_stats(pred["pred_mem_bytes"].to_numpy(dtype=float),
-                                                             test["memory_bytes"].to_numpy(dtype=float),
-                                                             (test["status"] == "oom").to_numpy())})
-    records.append({**base, "target": "ranking", **ranking_stats(test, pred["pred_time_s"])})
+    return score(test, pred, {"predictor": name, "domain": domain, "split": split_name})
+
+
+def gnn_splits(splits: dict) -> list[str]:
+    """The splits the GNN trains on: the serving split stands for every domain's random split."""
+    return [s for s in splits if not (s.endswith("/random") and s != SERVING_SPLIT)]
+
+
+def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name: str) -> list[dict]:
+    """Train (or load the cached records of) one ensemble on ``split``; records for its test rows."""
+    from gnn.tracking import ensemble_records
+    from gnn.train import train_ensemble
+
+    key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
+    cached = CACHE / f"{name}-{split.replace('/', '-')}-{key}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    ensemble = train_ensemble(ds, parts, cfg, progress=False)
+    records, _ = ensemble_records(ensemble, ds, parts, split, predictor=name, which=("test",))
+    for r in records:
+        r.pop("part")
+        if split == SERVING_SPLIT:
+            r["split"] = "random"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(records))
     return records
 
 
@@ -50,41 +80,77 @@ def noise_records(meta: pd.DataFrame, splits: dict) -> list[dict]:
             continue
         floor = noise_floor(test).iloc[0]
         records.append({"predictor": "noise_floor", "domain": domain, "split": name, "target": "time",
-                        "n": int(floor["measurements"]), "mape": float(floor["median_rel_dev"]),
-                        "mean_rel_dev": float(floor["mean_rel_dev"])})
+                        "n": int(floor["measurements"]), "mape": float(floor["mean_rel_dev"]),
+                        "mdape": float(floor["median_rel_dev"])})
     return records
 
 
 def table(records: list[dict]) -> str:
     df = pd.DataFrame(records)
-    errors = df[df.target.isin(["time", "memory"])].pivot_table(index=["domain", "split", "target"], columns="predictor",
-                                                                values="mape", aggfunc="first")
-    lines = ["MAPE by split (test rows); noise_floor = median relative deviation of repeated measurements",
-             (errors * 100).round(2).to_string()]
+    errors = df[df.target.isin(["time", "memory"])]
+    lines = ["MAPE % on test rows (noise_floor: mean relative deviation of repeated measurements of one plan)",
+             (errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mape",
+                                 aggfunc="first") * 100).round(1).to_string(),
+             "", "median APE % (noise_floor: median relative deviation)",
+             (errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mdape",
+                                 aggfunc="first") * 100).round(1).to_string()]
+    gnn = df[df.predictor == "gnn"]
+    if len(gnn):
+        cols = [c for c in ("n", "mape", "mdape", "gmae", "p90", "max", "coverage", "accuracy", "precision", "recall",
+                            "kendall_tau", "top1_success") if c in gnn]
+        lines += ["", "GNN in full (coverage: share of measurements inside the 80% interval)",
+                  gnn.set_index(["domain", "split", "target"])[cols].sort_index().round(3).to_string()]
     extra = df[df.target.isin(["oom", "ranking"])]
-    if len(extra):
-        cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success") if c in extra]
-        lines += ["", "oom accuracy / recall and plan ranking (test rows)",
-                  extra.pivot_table(index=["domain", "split", "target"], columns="predictor", values=cols,
-                                    aggfunc="first").round(3).to_string()]
+    cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success") if c in extra]
+    for col in cols:
+        lines += ["", f"{col} (test rows)", extra.pivot_table(index=["domain", "split"], columns="predictor", values=col,
+                                                             aggfunc="first").round(3).dropna(how="all").to_string()]
     return "\n".join(lines)
+
+
+def log_to_mlflow(records: list[dict], text: str, out: Path) -> None:
+    import mlflow
+
+    from gnn.tracking import setup
+
+    setup()
+    with mlflow.start_run(run_name="evaluate"):
+        for r in records:
+            if r.get("mape") is not None and r["target"] in ("time", "memory"):
+                mlflow.log_metric(f"{r['predictor']}_{r['domain']}_{r['split']}_{r['target']}_mape", r["mape"])
+        mlflow.log_artifact(str(out))
+        mlflow.log_text(text, "evaluation.txt")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="experiments/results/evaluation.json")
-    parser.add_argument("--predictors", nargs="*", default=list(REGISTRY))
+    parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "evaluation.json"))
+    parser.add_argument("--members", type=int, default=TrainConfig.members)
+    parser.add_argument("--max-epochs", type=int, default=TrainConfig.max_epochs)
+    parser.add_argument("--no-gnn", action="store_true", help="baselines only (seconds instead of tens of minutes)")
+    parser.add_argument("--no-ablation", action="store_true", help="skip the GNN without physics inputs")
     args = parser.parse_args()
-    meta = PlanGraphs().meta
-    splits = named_splits(meta)
-    records = noise_records(meta, splits)
+    from tqdm import tqdm
+
+    ds = PlanGraphs()
+    splits = named_splits(ds.meta)
+    records = noise_records(ds.meta, splits)
     for split, parts in splits.items():
-        for name in args.predictors:
-            records += evaluate_predictor(name, meta, split, parts)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(records, indent=1))
-    print(table(records))
-    print(f"\nwrote {len(records)} records to {args.out}")
+        if split != SERVING_SPLIT:
+            records += [r for name in REGISTRY for r in evaluate_predictor(name, ds.meta, split, parts)]
+    cfg = replace(TrainConfig(), members=args.members, max_epochs=args.max_epochs)
+    variants = [] if args.no_gnn else [("gnn", cfg)] + ([] if args.no_ablation else [("gnn_no_physics", replace(cfg, physics=False))])
+    jobs = [(name, c, split) for name, c in variants for split in gnn_splits(splits)]
+    for name, c, split in tqdm(jobs, desc="GNN ensembles", unit="split"):
+        records += evaluate_gnn(ds, split, splits[split], c, name)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))
+    text = table(records)
+    out.with_suffix(".txt").write_text(text + "\n")
+    log_to_mlflow(records, text, out)
+    print(text)
+    print(f"\nwrote {len(records)} records to {out} and {out.with_suffix('.txt')}; logged to MLflow")
 
 
 if __name__ == "__main__":

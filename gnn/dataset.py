@@ -21,9 +21,10 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset
 from tqdm import tqdm
 
+from collect.schema import RunSpec
 from gnn.features import edge_arrays, node_features, plan_features, sim_features
 from gnn.graph import build_graph
-from gnn.hardware_model import hardware_model
+from gnn.hardware_model import HardwareModel, hardware_model
 from gnn.rows import load_runs, row_to_spec
 from gnn.simulate import simulate
 
@@ -39,9 +40,8 @@ def _cache_key(paths: list[Path]) -> str:
     return h.hexdigest()[:12]
 
 
-def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
-    spec, hw_name, flags = row_to_spec(row)
-    hw = hardware_model(hw_name, hardware_dir)
+def featurize_spec(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[Data, dict]:
+    """A plan's execution graph as a PyG graph, and its flat features and simulator outputs."""
     graph = build_graph(spec.workload, spec.plan, spec.cluster, hw)
     sim = simulate(graph)
     index, attr = edge_arrays(graph)
@@ -49,7 +49,13 @@ def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
     data = Data(x=torch.from_numpy(node_features(graph)), edge_index=torch.from_numpy(index),
                 edge_attr=torch.from_numpy(attr), u=torch.tensor([list(flat.values())], dtype=torch.float32))
     return data, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
+                  "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
                   "num_nodes": len(graph.nodes)}
+
+
+def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
+    spec, hw_name, flags = row_to_spec(row)
+    return featurize_spec(spec, hardware_model(hw_name, hardware_dir), flags)
 
 
 class PlanGraphs(InMemoryDataset):

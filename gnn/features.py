@@ -20,7 +20,10 @@ from gnn.simulate import SimResult
 SHARDINGS = ("none", "zero1", "fsdp_grad_op", "fsdp_full")
 RECOMPUTES = ("none", "selective", "full")
 SCHEDULES = (None, "gpipe", "1f1b", "interleaved_1f1b")
-NODE_DIM = len(KINDS) + len(PHASES) + 12
+NUMERIC_NODE_FEATURES = ("log_count", "log_mflops", "log_message_kb", "log2_group", "crosses_node", "log_alloc_mb",
+                         "log_free_mb", "log_transient_mb", "log_est_time_us", "stage_frac", "microbatch_frac", "stream")
+NODE_FEATURES = tuple(f"kind_{k}" for k in KINDS) + tuple(f"phase_{p}" for p in PHASES) + NUMERIC_NODE_FEATURES
+NODE_DIM = len(NODE_FEATURES)
 EDGE_DIM = len(EDGE_KINDS)
 
 

@@ -1,6 +1,6 @@
 """Accuracy measures, as the literature reports them.
 
-MAPE; geometric-mean error exp(mean |log(pred/true)|) - 1; p90 and max of the
+MAPE; median APE (comparable to the noise floor, itself a median); geometric-mean error exp(mean |log(pred/true)|) - 1; p90 and max of the
 absolute percentage error; oom accuracy, precision and recall; Kendall tau of
 the plan ranking within each workload; top-1 success: the predicted-fastest
 plan of a workload is the measured fastest or within 10% of it (Lin et al.).
@@ -18,9 +18,9 @@ def error_stats(pred: np.ndarray, true: np.ndarray) -> dict:
     ok = np.isfinite(pred) & np.isfinite(true) & (true > 0) & (pred > 0)
     pred, true = pred[ok], true[ok]
     if len(true) == 0:
-        return {"n": 0, "mape": None, "gmae": None, "p90": None, "max": None}
+        return {"n": 0, "mape": None, "mdape": None, "gmae": None, "p90": None, "max": None}
     ape = np.abs(pred - true) / true
-    return {"n": int(len(true)), "mape": float(ape.mean()), "gmae": float(np.exp(np.abs(np.log(pred / true)).mean()) - 1),
+    return {"n": int(len(true)), "mape": float(ape.mean()), "mdape": float(np.median(ape)), "gmae": float(np.exp(np.abs(np.log(pred / true)).mean()) - 1),
             "p90": float(np.percentile(ape, 90)), "max": float(ape.max())}
 
 

@@ -4,7 +4,10 @@ Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); and, on the A100
 rows, the largest hidden size and the largest layer counts. Validation is a
-15% hash-slice of what is not test.
+15% hash-slice of what is not test. ``all/random`` is the union of the
+domains' random splits: the served model (the champion) is trained on it, so
+one model predicts CPU and A100 plans, and its test rows are exactly those of
+``cpu/random`` and ``a100/random``.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import hashlib
 
 import numpy as np
 import pandas as pd
+
+SERVING_SPLIT = "all/random"
 
 
 def _unit(run_id: str, salt: str) -> float:
@@ -42,4 +47,6 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
         for name, mask in tests.items():
             parts = _split(d, mask.fillna(False), name)
             splits[f"{domain}/{name}"] = {k: rows[v] for k, v in parts.items()}
+    randoms = [parts for name, parts in splits.items() if name.endswith("/random")]
+    splits[SERVING_SPLIT] = {k: np.sort(np.concatenate([p[k] for p in randoms])) for k in ("train", "val", "test")}
     return splits

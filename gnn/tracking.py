@@ -52,3 +52,89 @@ def register_if_better(model_uri: str, metric: str, value: float) -> bool:
     version = mlflow.register_model(model_uri, MODEL_NAME)
     mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, CHAMPION, version.version)
     return True
+
+
+def ensemble_records(ensemble, ds, parts: dict, split: str, predictor: str = "gnn",
+                     which: tuple[str, ...] = ("val", "test")) -> tuple[list[dict], dict]:
+    """Score records of the ensemble on parts of a split, per hardware domain; and the frames behind them."""
+    import torch
+
+    from gnn.scoring import ensemble_frame, score
+
+    records, frames = [], {}
+    for part in which:
+        idx = parts[part]
+        rows = ds.meta.loc[idx]
+        pred = ensemble_frame(ensemble.predict(ds[torch.as_tensor(idx)]), rows.index)
+        frames[part] = (rows, pred)
+        for domain, group in rows.groupby("domain"):
+            records += score(group, pred.loc[group.index], {"predictor": predictor, "domain": domain,
+                                                             "split": split.split("/", 1)[1], "part": part})
+    return records, frames
+
+
+def _metrics(records: list[dict]) -> dict[str, float]:
+    out = {}
+    for r in records:
+        for key in ("mape", "mdape", "p90", "coverage", "accuracy", "kendall_tau", "top1_success"):
+            if r.get(key) is not None:
+                out[f"{r['part']}_{r['domain']}_{r['target']}_{key}"] = r[key]
+    return out
+
+
+def selection_value(records: list[dict], part: str = "val") -> float:
+    """The champion metric: mean over domains of time MAPE + memory MAPE on ``part``."""
+    values = {}
+    for r in records:
+        if r["part"] == part and r["target"] in ("time", "memory") and r.get("mape") is not None:
+            values.setdefault(r["domain"], 0.0)
+            values[r["domain"]] += r["mape"]
+    return sum(values.values()) / len(values)
+
+
+def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_seconds: float,
+                  register: bool | None = None) -> str:
+    """One MLflow run: params, dataset version, metrics per part / domain / target, plots, tables, the model.
+
+    Registered (and aliased champion) only if it beats the champion on validation; by default only models
+    trained on the serving split compete, since another split's validation rows are not comparable.
+    """
+    import json
+    import tempfile
+
+    import pandas as pd
+
+    from gnn.features import EDGE_DIM, NODE_FEATURES
+    from gnn.graph import EDGE_KINDS
+    from gnn.plots import scatter
+    from gnn.predictor import Predictor
+    from gnn.splits import SERVING_SPLIT
+    from serve.pyfunc import log_model
+
+    register = split == SERVING_SPLIT if register is None else register
+    records, frames = ensemble_records(ensemble, ds, parts, split)
+    value = selection_value(records)
+    with mlflow.start_run(run_name=f"gnn {split}") as run, tempfile.TemporaryDirectory() as tmp:
+        mlflow.log_params({**params, "split": split, "dataset_version": dataset_version(ds.runs),
+                           **{f"n_{k}": len(v) for k, v in parts.items()}})
+        mlflow.log_metrics({**_metrics(records), "val_selection": value, "train_seconds": train_seconds,
+                            "k_time": float(ensemble.k[0]), "k_mem": float(ensemble.k[1])})
+        for part, (rows, pred) in frames.items():
+            mlflow.log_artifact(str(scatter(rows, pred, f"{split} {part} rows", f"{tmp}/scatter_{part}.png")), "plots")
+        table = pd.DataFrame(records)
+        table.to_csv(f"{tmp}/errors.csv", index=False)
+        mlflow.log_artifact(f"{tmp}/errors.csv")
+        mlflow.log_text(table.to_markdown(index=False, floatfmt=".4f"), "errors.md")
+        mlflow.log_dict({"node_features": list(NODE_FEATURES), "edge_features": list(EDGE_KINDS), "edge_dim": EDGE_DIM,
+                         "graph_features": [c for c in ds.meta.columns if c.startswith("f_")],
+                         "targets": ["log iter_time_s", "log peak_mem_bytes", "oom logit"]}, "feature_schema.json")
+        predictor = Predictor(ensemble, ds.hardware_dir, {"run_id": run.info.run_id, "split": split,
+                                                           "val_selection": value})
+        info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
+        registered = register and register_if_better(info.model_uri, "val_selection", value)
+    test_time = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "time"}
+    test_mem = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "memory"}
+    return (f"{split}: validation selection metric {value:.4f}; test time MAPE "
+            + ", ".join(f"{d} {v:.1%}" for d, v in test_time.items()) + "; test memory MAPE "
+            + ", ".join(f"{d} {v:.1%}" for d, v in test_mem.items())
+            + f"; run {run.info.run_id}; " + ("registered as champion" if registered else "not registered"))

@@ -1,45 +1,53 @@
-"""Train the GNN surrogate on one named split, log it to MLflow, register it if it is better.
+"""Train the GNN surrogate ensemble on a named split, track it in MLflow, register it if it is better.
 
-    python -m gnn.train [--split cpu/random] [--max-epochs 80] [--no-physics] [--accelerator gpu --devices 2]
+    python -m gnn.train [--split all/random] [--members 3] [--max-epochs 80] [--no-physics]
+                        [--accelerator gpu --devices 2]
 
 Deterministic (seeded, deterministic algorithms). Early stopping and the
-checkpoint kept follow validation time MAPE. CPU by default; the same code runs
-with Lightning's DDP strategy on GPUs.
+checkpoint kept follow validation MAPE (time + memory). CPU by default; the
+same code runs with Lightning's DDP strategy on GPUs. The default split,
+all/random, trains one model over the CPU runs and the A100 rows: the model
+that is served.
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 
 import lightning as L
-import mlflow
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch_geometric.data.lightning import LightningDataset
-from torch_geometric.loader import DataLoader
+from tqdm import tqdm
 
 from gnn.baselines import SIM_COLUMNS
 from gnn.dataset import PlanGraphs
-from gnn.features import NODE_DIM
+from gnn.ensemble import Ensemble
+from gnn.features import NODE_FEATURES
 from gnn.lightning_module import Surrogate
-from gnn.splits import named_splits
+from gnn.splits import SERVING_SPLIT, named_splits
 
-EST_TIME_NODE_COLUMN = NODE_DIM - 4  # log per-node cost estimate (gnn.features.node_features)
+SELECTION_METRIC = "val_mape"  # time MAPE + memory MAPE on the validation rows
 
 
 @dataclass
 class TrainConfig:
+    # defaults from the Optuna study in experiments/results/tuning.json (python -m gnn.tune)
     hidden: int = 64
     num_layers: int = 3
     dropout: float = 0.1
     lr: float = 2e-3
     weight_decay: float = 1e-5
     batch_size: int = 64
+    loss: str = "l1"
+    memory_weight: float = 1.0
     max_epochs: int = 80
     patience: int = 15
     physics: bool = True
+    members: int = 3
     seed: int = 0
 
 
@@ -47,10 +55,10 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
     names = [c for c in ds.meta.columns if c.startswith("f_")]
     module = Surrogate(node_dim=ds.num_node_features, edge_dim=ds.num_edge_features, global_dim=len(names),
                        sim_index=(names.index("f_log_sim_time"), names.index("f_log_sim_mem")),
-                       physics_columns={"node": [EST_TIME_NODE_COLUMN],
+                       physics_columns={"node": [NODE_FEATURES.index("log_est_time_us")],
                                         "global": [names.index(c) for c in SIM_COLUMNS]},
                        physics=cfg.physics, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
-                       lr=cfg.lr, weight_decay=cfg.weight_decay)
+                       lr=cfg.lr, weight_decay=cfg.weight_decay, loss=cfg.loss, memory_weight=cfg.memory_weight)
     train = ds[torch.as_tensor(train_idx)]
     module.model.node_norm.fit(torch.cat([g.x for g in train]))
     module.model.global_norm.fit(torch.cat([g.u for g in train]))
@@ -58,56 +66,56 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
 
 
 def fit(ds: PlanGraphs, parts: dict, cfg: TrainConfig, callbacks=(), logger=False, **trainer_kwargs) -> Surrogate:
-    L.seed_everything(cfg.seed, workers=True)
+    """One member: trained on parts["train"], early-stopped and checkpoint-selected on parts["val"]."""
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = build_module(ds, cfg, parts["train"])
     data = LightningDataset(ds[torch.as_tensor(parts["train"])], ds[torch.as_tensor(parts["val"])],
                             batch_size=cfg.batch_size, num_workers=0)
     with tempfile.TemporaryDirectory() as ckpt_dir:
-        best = ModelCheckpoint(dirpath=ckpt_dir, monitor="val_time_mape", mode="min")
+        best = ModelCheckpoint(dirpath=ckpt_dir, monitor=SELECTION_METRIC, mode="min")
         trainer = L.Trainer(max_epochs=cfg.max_epochs, deterministic=True, logger=logger, enable_model_summary=False,
-                            callbacks=[EarlyStopping("val_time_mape", patience=cfg.patience), best, *callbacks],
+                            callbacks=[EarlyStopping(SELECTION_METRIC, patience=cfg.patience), best, *callbacks],
                             enable_progress_bar=False, **trainer_kwargs)
         trainer.fit(module, datamodule=data)
         if best.best_model_path:
             module.load_state_dict(torch.load(best.best_model_path, weights_only=False)["state_dict"])
-    module.best_val_time_mape = float(best.best_model_score) if best.best_model_score is not None else float("nan")
+    module.best_val_mape = float(best.best_model_score) if best.best_model_score is not None else float("nan")
+    module.epochs_trained = trainer.current_epoch
     return module.eval()
 
 
-@torch.no_grad()
-def predict(module: Surrogate, graphs, batch_size: int = 512) -> np.ndarray:
-    """[n, 3] raw outputs: log time, log memory, oom logit."""
-    outs = [module(batch) for batch in DataLoader(graphs, batch_size=batch_size)]
-    return torch.cat(outs).numpy() if outs else np.zeros((0, 3))
+def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool = True, **trainer_kwargs) -> Ensemble:
+    """cfg.members members with seeds seed, seed+1, ...; intervals calibrated on the validation rows."""
+    members = []
+    for i in tqdm(range(cfg.members), desc="training members", unit="member", disable=not progress):
+        members.append(fit(ds, parts, replace(cfg, seed=cfg.seed + i), **trainer_kwargs))
+    ensemble = Ensemble(members)
+    val = ds.meta.loc[parts["val"]]
+    ensemble.calibrate(ds[torch.as_tensor(parts["val"])], np.log(val["iter_time_s"].to_numpy(dtype=float)),
+                       np.log(val["peak_mem_bytes"].to_numpy(dtype=float)))
+    return ensemble
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", default="cpu/random")
+    parser.add_argument("--split", default=SERVING_SPLIT)
+    parser.add_argument("--members", type=int, default=TrainConfig.members)
     parser.add_argument("--max-epochs", type=int, default=TrainConfig.max_epochs)
     parser.add_argument("--no-physics", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--devices", default="1")
     args = parser.parse_args()
-    from gnn.tracking import dataset_version, register_if_better, setup
+    from gnn.tracking import log_surrogate, setup
 
     setup()
     ds = PlanGraphs()
     parts = named_splits(ds.meta)[args.split]
-    cfg = TrainConfig(max_epochs=args.max_epochs, physics=not args.no_physics, seed=args.seed)
-    with mlflow.start_run(run_name=f"gnn {args.split}"):
-        mlflow.log_params({**asdict(cfg), "split": args.split, "dataset_version": dataset_version(ds.runs)})
-        module = fit(ds, parts, cfg, accelerator=args.accelerator, devices=args.devices)
-        test = ds.meta.loc[parts["test"]]
-        out = predict(module, ds[torch.as_tensor(parts["test"])])
-        mape = float(np.mean(np.abs(np.exp(out[:, 0]) / test["iter_time_s"].to_numpy() - 1)))
-        mlflow.log_metrics({"val_time_mape": module.best_val_time_mape, "test_time_mape": mape})
-        # pickle: the model takes a PyG batch, which the default traced pt2 format cannot record
-        info = mlflow.pytorch.log_model(module, name="model", serialization_format="pickle")
-        registered = register_if_better(info.model_uri, "val_time_mape", module.best_val_time_mape)
-    print(f"{args.split}: val time MAPE {module.best_val_time_mape:.4f}, test {mape:.4f}, "
-          f"{'registered as champion' if registered else 'not better than the champion'}")
+    cfg = TrainConfig(max_epochs=args.max_epochs, physics=not args.no_physics, seed=args.seed, members=args.members)
+    start = time.perf_counter()
+    ensemble = train_ensemble(ds, parts, cfg, accelerator=args.accelerator, devices=args.devices)
+    summary = log_surrogate(ensemble, ds, parts, args.split, asdict(cfg), train_seconds=time.perf_counter() - start)
+    print(summary)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,88 @@
-"""A real (small) GNN training run, tracked in a temporary MLflow sqlite store, registered and reloaded."""
+"""A real (small) GNN ensemble: trained, tracked in a temporary MLflow sqlite store, registered, reloaded."""
 import mlflow
 import numpy as np
+import pytest
 import torch
 
 from gnn.splits import named_splits
-from gnn.train import TrainConfig, fit, predict
+from gnn.train import TrainConfig, train_ensemble
+
+TINY = TrainConfig(max_epochs=3, hidden=16, num_layers=2, batch_size=32, members=2)
 
 
-def test_train_track_register_and_reload(vtrain_dataset, tmp_path, monkeypatch):
-    dataset = vtrain_dataset
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from gnn.tracking import CHAMPION, MODEL_NAME, register_if_better, setup
+    from gnn.tracking import setup
 
     setup("test")
-    parts = named_splits(dataset.meta)["a100/random"]
-    small = {k: v[:200] for k, v in parts.items()}
-    with mlflow.start_run():
-        module = fit(dataset, small, TrainConfig(max_epochs=3, hidden=16, num_layers=2, batch_size=32))
-        mlflow.log_metric("val_time_mape", module.best_val_time_mape)
-        # pickle: the model takes a PyG batch, which the default traced pt2 format cannot record
-        info = mlflow.pytorch.log_model(module, name="model", serialization_format="pickle")
-    assert np.isfinite(module.best_val_time_mape)
-    assert register_if_better(info.model_uri, "val_time_mape", module.best_val_time_mape)
-    assert not register_if_better(info.model_uri, "val_time_mape", module.best_val_time_mape + 1.0)
 
-    graphs = dataset[torch.as_tensor(small["test"])]
-    reloaded = mlflow.pytorch.load_model(f"models:/{MODEL_NAME}@{CHAMPION}").eval()
-    np.testing.assert_array_equal(predict(reloaded, graphs), predict(module, graphs))
-    assert predict(module, graphs).shape == (len(small["test"]), 3)
+
+@pytest.fixture(scope="module")
+def small_parts(vtrain_dataset):
+    parts = named_splits(vtrain_dataset.meta)["a100/random"]
+    return {k: v[:160] for k, v in parts.items()}
+
+
+@pytest.fixture(scope="module")
+def ensemble(vtrain_dataset, small_parts):
+    return train_ensemble(vtrain_dataset, small_parts, TINY, progress=False)
+
+
+def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts, ensemble, tracking):
+    from gnn.tracking import CHAMPION, MODEL_NAME, log_surrogate
+    from serve.pyfunc import as_input
+
+    summary = log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
+    assert "registered as champion" in summary
+    run = mlflow.search_runs(experiment_names=["test"]).iloc[0]
+    assert np.isfinite(run["metrics.val_selection"]) and run["params.dataset_version"]
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run["run_id"])}
+    assert {"plots", "errors.csv", "errors.md", "feature_schema.json"} <= artifacts
+    assert mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, CHAMPION).run_id == run["run_id"]
+
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{CHAMPION}")
+    assert model.metadata.signature is not None
+    rows = vtrain_dataset.meta.loc[small_parts["test"][:20]]
+    reloaded = model.predict(as_input(rows))
+    direct = model.unwrap_python_model().predictor.predict_rows(rows.assign(vocab=51200, dtype="bfloat16",
+                                                                            sharding="none"))
+    fresh = ensemble.predict([vtrain_dataset[int(i)] for i in small_parts["test"][:20]])
+    assert reloaded.shape[0] == 20
+    np.testing.assert_allclose(reloaded["iter_time_s"], direct["iter_time_s"].to_numpy(), rtol=1e-6)
+    assert np.all(reloaded["iter_time_lo_s"] <= reloaded["iter_time_s"])
+    assert np.all(reloaded["iter_time_s"] <= reloaded["iter_time_hi_s"])
+    # the reloaded ensemble is the trained one: identical outputs on the dataset's own graphs
+    graphs = [vtrain_dataset[int(i)] for i in small_parts["test"][:20]]
+    np.testing.assert_array_equal(model.unwrap_python_model().predictor.ensemble.predict(graphs)["iter_time_s"],
+                                  fresh["iter_time_s"])
+
+
+def test_champion_is_replaced_only_by_a_better_model(tracking):
+    from gnn.tracking import CHAMPION, MODEL_NAME, register_if_better
+
+    with mlflow.start_run() as run:
+        mlflow.log_metric("val_selection", 0.5)
+        info = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
+    assert register_if_better(info.model_uri, "val_selection", 0.5)
+    assert not register_if_better(info.model_uri, "val_selection", 0.6)
+    with mlflow.start_run():
+        mlflow.log_metric("val_selection", 0.4)
+        better = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
+    assert register_if_better(better.model_uri, "val_selection", 0.4)
+    champion = mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    assert int(champion.version) == 2 and champion.run_id != run.info.run_id
+
+
+class _Constant(mlflow.pyfunc.PythonModel):
+    def predict(self, context, model_input, params=None):
+        return model_input
+
+
+def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ensemble):
+    from gnn.ensemble import interval_coverage
+
+    val = vtrain_dataset.meta.loc[small_parts["val"]]
+    pred = ensemble.predict(vtrain_dataset[torch.as_tensor(small_parts["val"])])
+    coverage = interval_coverage(pred["iter_time_lo_s"], pred["iter_time_hi_s"], val["iter_time_s"].to_numpy())
+    assert 0.8 <= coverage <= 0.9  # conformal: at least the target on the rows it was fitted on, not far above
