@@ -6,7 +6,12 @@ SWEEP  ?= collect/sweeps/default.yaml
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit test-collect test-gnn collect dataset evaluate train render demo clean
+PORT   ?= 8000
+MODEL  ?= models:/plansight@champion
+WORKLOAD ?= experiments/requests/gpt-20l-1536.json
+CLUSTER  ?= a100-80gb
+.PHONY: help install test test-unit test-collect test-gnn test-serve collect dataset evaluate train tune bench \
+        serve search render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -29,8 +34,11 @@ test-unit: install ## fast single-process tests only
 test-collect: install ## multi-rank collection tests (real gloo ranks)
 	$(PY) -m pytest tests -q -m distributed
 
-test-gnn: install ## execution graph, simulator and baseline tests
-	$(PY) -m pytest tests/unit/test_graph.py tests/unit/test_simulate.py tests/unit/test_baselines.py -q
+test-gnn: install ## execution graph, simulator, baselines and surrogate tests
+	$(PY) -m pytest tests/unit/test_graph.py tests/unit/test_simulate.py tests/unit/test_baselines.py tests/unit/test_surrogate.py -q
+
+test-serve: install ## the HTTP service over real HTTP, the CLI and the plan search
+	$(PY) -m pytest tests/serve -q
 
 collect: install ## run a sweep and append its rows to data/ (SWEEP=path.yaml, default: a few minutes)
 	$(PY) -m collect sweep $(SWEEP)
@@ -41,8 +49,21 @@ dataset: install ## build (or load the cached) graph dataset from data/runs
 evaluate: install ## every predictor on every split: prints the table, writes experiments/results/evaluation.json
 	$(PY) -m experiments.evaluate
 
-train: install ## train the GNN surrogate on the cpu/random split, log to MLflow (sqlite:///mlflow.db), register if better
+train: install ## train the GNN ensemble on all/random (CPU + A100), log to MLflow (sqlite:///mlflow.db), register if better
 	$(PY) -m gnn.train
+
+tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)
+	$(PY) -m gnn.tune --trials $${TRIALS:-20}
+
+bench: install ## inference speed of the champion (plans/s, graph building included)
+	$(PY) -m experiments.bench_inference
+
+serve: install ## HTTP service on 127.0.0.1:$(PORT) for $(MODEL) (docs at /docs)
+	$(PY) -m serve serve --port $(PORT) --model $(MODEL)
+
+search: install ## plan search through the surrogate: WORKLOAD=file.json CLUSTER=preset|json [NODES= OBJECTIVE= TRIALS=]
+	$(PY) -m serve search --workload $(WORKLOAD) --cluster '$(CLUSTER)' --nodes $${NODES:-1} \
+	    --objective $${OBJECTIVE:-time} --trials $${TRIALS:-200} --model $(MODEL) --plot build/search.png
 
 render: install ## draw a small plan's simulated timeline to docs/img/timeline.png
 	$(PY) -m gnn.render

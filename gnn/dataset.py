@@ -50,6 +50,7 @@ def featurize_spec(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[Data,
                 edge_attr=torch.from_numpy(attr), u=torch.tensor([list(flat.values())], dtype=torch.float32))
     return data, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
                   "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
+                  "sim_exposed_s": sim.exposed_comm_s,
                   "num_nodes": len(graph.nodes)}
 
 

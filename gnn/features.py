@@ -27,30 +27,34 @@ NODE_DIM = len(NODE_FEATURES)
 EDGE_DIM = len(EDGE_KINDS)
 
 
-def _l(x: float) -> float:
-    return math.log1p(max(x, 0.0))
-
-
 def node_features(g: ExecGraph) -> np.ndarray:
-    x = np.zeros((len(g.nodes), NODE_DIM), dtype=np.float32)
     num_stages, nmb = g.plan.num_stages, g.plan.num_microbatches
     kind_index = {k: i for i, k in enumerate(KINDS)}
     phase_index = {p: len(KINDS) + i for i, p in enumerate(PHASES)}
+    n = len(g.nodes)
+    x = np.zeros((n, NODE_DIM), dtype=np.float32)
+    rows = np.arange(n)
+    x[rows, [kind_index[node.kind] for node in g.nodes]] = 1
+    x[rows, [phase_index[node.phase] for node in g.nodes]] = 1
+    raw = np.array([(node.count, node.flops / 1e6, node.message_bytes / 1e3, node.group, node.crosses_node,
+                     node.alloc_bytes / 1e6, node.free_bytes / 1e6, node.transient_bytes / 1e6, node.est_time * 1e6,
+                     node.stage, node.microbatch, node.stream) for node in g.nodes], dtype=np.float64).reshape(n, 12)
+    logged = np.log1p(np.maximum(raw[:, [0, 1, 2, 5, 6, 7, 8]], 0.0))
     base = len(KINDS) + len(PHASES)
-    for i, n in enumerate(g.nodes):
-        x[i, kind_index[n.kind]] = 1
-        x[i, phase_index[n.phase]] = 1
-        x[i, base:] = (_l(n.count), _l(n.flops / 1e6), _l(n.message_bytes / 1e3), math.log2(n.group), n.crosses_node,
-                       _l(n.alloc_bytes / 1e6), _l(n.free_bytes / 1e6), _l(n.transient_bytes / 1e6),
-                       _l(n.est_time * 1e6), n.stage / num_stages, max(n.microbatch, -1) / nmb, n.stream)
+    x[:, base + np.array([0, 1, 2, 5, 6, 7, 8])] = logged
+    x[:, base + 3] = np.log2(raw[:, 3])
+    x[:, base + 4] = raw[:, 4]
+    x[:, base + 9] = raw[:, 9] / num_stages
+    x[:, base + 10] = np.maximum(raw[:, 10], -1) / nmb
+    x[:, base + 11] = raw[:, 11]
     return x
 
 
 def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
     index = np.array([(s, d) for s, d, _ in g.edges], dtype=np.int64).T.reshape(2, -1)
+    kinds = np.array([EDGE_KINDS.index(k) for _, _, k in g.edges], dtype=np.int64)
     attr = np.zeros((len(g.edges), EDGE_DIM), dtype=np.float32)
-    for j, (_, _, kind) in enumerate(g.edges):
-        attr[j, EDGE_KINDS.index(kind)] = 1
+    attr[np.arange(len(kinds)), kinds] = 1
     return index, attr
 
 

@@ -70,6 +70,7 @@ class Predictor:
             total = flat["sim_time_s"].to_numpy()
             pred["compute_frac"] = np.minimum(flat["sim_compute_s"].to_numpy() / total, 1.0)
             pred["bubble_frac"] = flat["sim_bubble_s"].to_numpy() / total
+            pred["exposed_frac"] = flat["sim_exposed_s"].to_numpy() / total
             pred["comm_s_at_full_bandwidth"] = flat["sim_comm_s"].to_numpy()
         return pred
 

@@ -18,7 +18,7 @@ def test_communication_overlaps_independent_compute():
     r = simulate(_graph([a, c, b], [(0, 1, "data"), (0, 2, "order")]))
     assert r.iter_time_s == pytest.approx(3.0)  # A, then max(B = 1, C = 2)
     assert r.compute_s == pytest.approx(2.0) and r.comm_s == pytest.approx(2.0)
-    assert r.exposed_comm_s == pytest.approx(1.0)
+    assert r.exposed_comm_s == pytest.approx(1.0) and r.bubble_s == 0  # idle [2, 3] while C runs
 
 
 def test_compute_waits_for_a_blocking_collective():
@@ -54,6 +54,7 @@ def test_two_stage_gpipe_timeline_by_hand():
     assert list(r.start) == [0, 1, 1, 2, 3, 5, 5, 7]
     assert r.iter_time_s == pytest.approx(9.0)
     assert r.bubble_s == pytest.approx(3.0)  # busiest rank computes 6 of 9 s
+    assert r.exposed_comm_s == 0  # no transfers: all of the idle time is waiting on the other rank
 
 
 def test_memory_replay_keeps_activations_until_backward():

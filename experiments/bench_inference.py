@@ -1,0 +1,68 @@
+"""Batched inference speed: plans per second through the whole path, graph building included.
+
+    python -m experiments.bench_inference [--repeats 3] [--model models:/plansight@champion]
+
+The batch is every valid plan of a 1.3B-parameter GPT (24 layers, hidden
+2048, seq 2048, global batch 256) on 2 x 8 A100-80GB: the set a plan search
+asks about. Timed separately: featurisation (compile + simulate + features)
+and the ensemble's forward pass, with 1 worker and with one per core. Each
+figure is the median of repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from collect.schema import Cluster, Workload
+from serve.space import Space
+
+WORKLOAD = Workload(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=51200, micro_batch_size=1,
+                    global_batch_size=256, dtype="bfloat16")
+CLUSTER = Cluster(nodes=2, devices_per_node=8, device="cuda", device_kind="a100-80gb", memory_bytes=80 * 2**30,
+                  backend="nccl")
+
+
+def load_predictor(uri: str):
+    from serve.predictor import load_predictor as load
+
+    return load(uri)
+
+
+def bench(predictor, specs, workers: int, repeats: int) -> dict:
+    featurize, forward = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        graphs = [g for g, _ in predictor.featurize(specs, "a100-80gb", workers=workers)]
+        t1 = time.perf_counter()
+        predictor.ensemble.predict(graphs)
+        t2 = time.perf_counter()
+        featurize.append(t1 - t0)
+        forward.append(t2 - t1)
+    f, n = statistics.median(featurize), statistics.median(forward)
+    return {"workers": workers, "plans": len(specs), "featurize_s": f, "forward_s": n,
+            "plans_per_s": len(specs) / (f + n), "featurize_plans_per_s": len(specs) / f,
+            "forward_plans_per_s": len(specs) / n, "all_totals_s": [a + b for a, b in zip(featurize, forward)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="models:/plansight@champion")
+    parser.add_argument("--out", default="experiments/results/bench_inference.json")
+    args = parser.parse_args()
+    predictor = load_predictor(args.model)
+    specs = Space(WORKLOAD, CLUSTER).enumerate()
+    results = [bench(predictor, specs, w, args.repeats) for w in sorted({1, os.cpu_count() or 1})]
+    report = {"model": predictor.info, "members": len(predictor.ensemble.members), "results": results}
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    for r in results:
+        print(f"{r['plans']} plans, {r['workers']} worker(s): {r['plans_per_s']:.0f} plans/s "
+              f"(featurize {r['featurize_plans_per_s']:.0f}/s, ensemble forward {r['forward_plans_per_s']:.0f}/s)")
+
+
+if __name__ == "__main__":
+    main()

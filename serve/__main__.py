@@ -1,0 +1,3 @@
+from serve.cli import main
+
+main()

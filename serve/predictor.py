@@ -1,0 +1,74 @@
+"""Load a trained surrogate by MLflow model URI or local path, and answer typed prediction requests.
+
+    from serve.predictor import load_predictor, predict
+    predictor = load_predictor("models:/plansight@champion")      # or a path to a saved predictor.pt
+    predict(predictor, PredictRequest(workload=..., cluster=..., plans=[...]))
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gnn.predictor import Predictor
+from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
+
+
+def load_predictor(source: str) -> Predictor:
+    """A local predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model)."""
+    if Path(source).is_file():
+        return Predictor.load(source)
+    import mlflow
+
+    from gnn.tracking import setup
+
+    setup()
+    try:
+        model = mlflow.pyfunc.load_model(source)
+    except mlflow.exceptions.MlflowException as e:
+        raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
+    predictor = model.unwrap_python_model().predictor
+    predictor.info = {**predictor.info, **_registry_info(source)}
+    return predictor
+
+
+def _registry_info(uri: str) -> dict:
+    """Name, version and validation metrics of a registered model URI (models:/name@alias or models:/name/N)."""
+    import mlflow
+
+    if not uri.startswith("models:/"):
+        return {"uri": uri}
+    client = mlflow.MlflowClient()
+    ref = uri[len("models:/"):]
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias)
+    else:
+        name, number = ref.split("/", 1)
+        version = client.get_model_version(name, number)
+    metrics = client.get_run(version.run_id).data.metrics
+    keep = {k: v for k, v in metrics.items() if k.startswith("val_") or k.startswith("test_")}
+    return {"uri": uri, "name": name, "version": int(version.version), "run_id": version.run_id, "metrics": keep}
+
+
+def predict(predictor: Predictor, request: PredictRequest) -> PredictResponse:
+    frame = predictor.predict(request.specs(), request.cluster.hardware_name())
+    return PredictResponse(model=model_summary(predictor), predictions=[to_prediction(r) for r in frame.to_dict("records")])
+
+
+def to_prediction(row: dict) -> PlanPrediction:
+    """One row of Predictor.predict as the service's typed prediction."""
+    return PlanPrediction(
+        iter_time_s=row["iter_time_s"], iter_time_interval_s=(row["iter_time_lo_s"], row["iter_time_hi_s"]),
+        peak_mem_bytes=row["peak_mem_bytes"], peak_mem_interval_bytes=(row["peak_mem_lo_bytes"], row["peak_mem_hi_bytes"]),
+        fits=bool(row["fits"]), oom_prob=float(row["oom_prob"]),
+        breakdown={"compute": _frac(row["compute_frac"]), "communication_exposed": _frac(row["exposed_frac"]),
+                   "bubble": _frac(row["bubble_frac"])})
+
+
+def _frac(x: float) -> float:
+    return float(np.clip(x, 0.0, 1.0))
+
+
+def model_summary(predictor: Predictor) -> dict:
+    return {k: v for k, v in predictor.info.items() if k != "metrics"} | {"members": len(predictor.ensemble.members)}

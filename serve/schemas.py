@@ -1,0 +1,150 @@
+"""Request and response models of the service, built on the plan schema (collect.schema).
+
+The same models validate the CLI's SPEC.json and the HTTP bodies, and give
+the OpenAPI schema. Every problem is reported with the field it concerns:
+``plans[3]: plan.dp (2) * plan.tp (2) ... != cluster world size ...``.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from collect.hardware import load_hardware
+from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
+
+MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
+MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
+MAX_WORLD_SIZE = 16_384  # GPU count limit
+MAX_SEARCH_TRIALS = 5_000
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Request):
+    """A cluster: a datasheet preset (e.g. a100-80gb) or a measured fingerprint, and its size."""
+
+    preset: str | None = None
+    """Hardware preset (a100-40gb, a100-80gb, h100-80gb): fills device, memory and links."""
+    fingerprint: str | None = None
+    """Id of a measured fingerprint in data/hardware (what `make collect` records), instead of a preset."""
+    nodes: int = Field(default=1, ge=1)
+    devices_per_node: int | None = Field(default=None, ge=1, le=64)
+    memory_bytes: int | None = Field(default=None, ge=1)
+    """Per-device capacity; defaults to the preset's."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        if (self.preset is None) == (self.fingerprint is None):
+            raise ValueError("cluster: give exactly one of 'preset' (e.g. \"a100-80gb\") or 'fingerprint'")
+        if self.preset is not None:
+            record = load_hardware(self.preset)  # ValueError naming the known presets
+            if record.get("source") != "datasheet":
+                raise ValueError(f"cluster.preset {self.preset!r} is not a preset")
+        elif self.devices_per_node is None or self.memory_bytes is None:
+            raise ValueError("cluster: with a fingerprint, give devices_per_node and memory_bytes")
+        if self.world_size > MAX_WORLD_SIZE:
+            per_node = self.world_size // self.nodes
+            raise ValueError(f"cluster: nodes ({self.nodes}) * devices_per_node ({per_node}) = "
+                             f"{self.world_size} devices is over the limit of {MAX_WORLD_SIZE}")
+        return self
+
+    @cached_property
+    def _preset(self) -> dict:
+        return load_hardware(self.preset) if self.preset else {}
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * (self.devices_per_node or self._preset.get("devices_per_node", 8))
+
+    def hardware_name(self) -> str:
+        return self.preset or self.fingerprint
+
+    def cluster(self) -> Cluster:
+        if self.preset:
+            p = self._preset
+            return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node or p["devices_per_node"],
+                           device="cuda", device_kind=p["id"], memory_bytes=self.memory_bytes or p["memory_bytes"],
+                           backend="nccl")
+        return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes)
+
+
+def _check_workload(w: Workload) -> None:
+    if w.num_params > MAX_PARAMS:
+        raise ValueError(f"workload: {w.num_params:.3g} parameters is over the limit of {MAX_PARAMS:.3g}")
+
+
+class PredictRequest(_Request):
+    workload: Workload
+    cluster: ClusterSpec
+    plans: list[Plan] = Field(min_length=1, max_length=MAX_PLANS)
+
+    @model_validator(mode="after")
+    def _check(self) -> "PredictRequest":
+        _check_workload(self.workload)
+        cluster = self.cluster.cluster()
+        problems = [f"plans[{i}]: {msg}" for i, p in enumerate(self.plans) for msg in plan_problems(self.workload, p, cluster)]
+        if problems:
+            shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+            raise ValueError("; ".join(shown))
+        return self
+
+    def specs(self) -> list[RunSpec]:
+        cluster = self.cluster.cluster()
+        return [RunSpec.model_construct(workload=self.workload, plan=p, cluster=cluster) for p in self.plans]
+
+
+class PlanPrediction(BaseModel):
+    iter_time_s: float
+    iter_time_interval_s: tuple[float, float]
+    """80% prediction interval (calibrated on held-out measurements)."""
+    peak_mem_bytes: float
+    """Peak memory per device (the busiest device)."""
+    peak_mem_interval_bytes: tuple[float, float]
+    fits: bool
+    """Predicted peak memory within the device's capacity."""
+    oom_prob: float
+    breakdown: dict[str, float]
+    """Shares of the busiest device's iteration, per the simulator: compute, exposed communication, bubble."""
+
+
+class PredictResponse(BaseModel):
+    model: dict
+    predictions: list[PlanPrediction]
+
+
+class SearchRequest(_Request):
+    """Search the plans of a workload (its global_batch_size fixed; micro_batch_size is searched) on a cluster."""
+
+    workload: Workload
+    cluster: ClusterSpec
+    objective: Literal["time", "pareto"] = "time"
+    """time: fastest plan that fits; pareto: time vs peak memory (NSGA-II)."""
+    trials: int = Field(default=200, ge=1, le=MAX_SEARCH_TRIALS)
+    top_k: int = Field(default=5, ge=1, le=100)
+    seed: int = 0
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SearchRequest":
+        _check_workload(self.workload)
+        return self
+
+
+class SearchResult(BaseModel):
+    plan: Plan
+    micro_batch_size: int
+    prediction: PlanPrediction
+
+
+class SearchResponse(BaseModel):
+    model: dict
+    objective: str
+    trials: int
+    feasible_trials: int
+    space_size: int
+    best: list[SearchResult]
+    pareto: list[SearchResult] = []

@@ -1,0 +1,202 @@
+"""Search the plan space with Optuna through the surrogate.
+
+    python -m serve.search SEARCH.json [--model models:/plansight@champion] [--storage sqlite:///optuna.db]
+    make search WORKLOAD=... CLUSTER=...
+
+SEARCH.json holds a SearchRequest: {"workload": {...}, "cluster": {"preset": "a100-80gb", "nodes": 2},
+"objective": "time" | "pareto", "trials": 200}. Single objective: minimise
+predicted iteration time, with predicted peak memory <= capacity as an Optuna
+constraint (infeasible trials stay in the study, marked, and steer the
+sampler away). Pareto: time vs peak memory with NSGA-II under the same
+constraint. Parameters are sampled conditionally (schedules only with pp > 1,
+sequence parallel only with tp > 1, shardings torch can compose), so almost
+every trial is a valid plan; the rest are recorded as pruned with the reason.
+Trials are asked and told in batches so the surrogate predicts many at once.
+The study lives in RDB storage under a name derived from the request and the
+model, so re-running the same search resumes it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import optuna
+from tqdm import tqdm
+
+from collect.schema import RunSpec
+from gnn.predictor import Predictor
+from serve.schemas import PlanPrediction, SearchRequest, SearchResponse, SearchResult
+from serve.space import Space
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_STORAGE = f"sqlite:///{REPO / 'optuna.db'}"
+BATCH = 32
+
+
+def space_of(request: SearchRequest) -> Space:
+    return Space(request.workload, request.cluster.cluster(), micro_batch_sizes=request.micro_batch_sizes)
+
+
+def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
+    """Sample one plan; None if the sampled combination is not a valid plan."""
+    layouts = {f"pp{pp}-dp{dp}-tp{tp}": (pp, dp, tp) for pp, dp, tp in space.layouts()}
+    pp, dp, tp = layouts[trial.suggest_categorical("layout", list(layouts))]
+    mbs = trial.suggest_categorical("micro_batch_size", list(space.micro_batch_sizes))
+    # torch composes DDP with tp only without dp, and ZeRO-1 never with tp (collect.schema)
+    shardings = [s for s in space.shardings if not ((s == "none" and tp > 1 and dp > 1) or (s == "zero1" and tp > 1))]
+    sharding = trial.suggest_categorical(f"sharding_tp{min(tp, 2)}_dp{min(dp, 2)}", shardings)
+    recompute = trial.suggest_categorical("recompute", list(space.recomputes))
+    schedule, virtual = None, 1
+    if pp > 1:
+        choices = [s if s != "interleaved_1f1b" else f"{s}_v{v}" for s in space.schedules
+                   for v in (space.virtual_stages if s == "interleaved_1f1b" else (1,))]
+        picked = trial.suggest_categorical("schedule", choices)
+        schedule, virtual = (picked.rsplit("_v", 1)[0], int(picked.rsplit("_v", 1)[1])) if "_v" in picked else (picked, 1)
+    sp = trial.suggest_categorical("sequence_parallel", [False, True]) if tp > 1 else False
+    return space.spec(pp, dp, tp, mbs, sharding, recompute, schedule, virtual, sp)
+
+
+def study_name(request: SearchRequest, predictor: Predictor) -> str:
+    key = json.dumps([request.model_dump(mode="json", exclude={"trials", "top_k"}), predictor.info.get("run_id")],
+                     sort_keys=True)
+    return f"search-{request.objective}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna.Study:
+    def constraint(trial: optuna.trial.FrozenTrial):
+        return (trial.user_attrs.get("mem_over_capacity", 0.0),)
+
+    if request.objective == "time":
+        sampler = optuna.samplers.TPESampler(seed=request.seed, constraints_func=constraint, n_startup_trials=20)
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+                                   load_if_exists=True)
+    sampler = optuna.samplers.NSGAIISampler(seed=request.seed, constraints_func=constraint, population_size=32)
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=["minimize", "minimize"],
+                               load_if_exists=True)
+
+
+def run_search(predictor: Predictor, request: SearchRequest, storage: str | None = None, name: str | None = None,
+               progress: bool = False) -> optuna.Study:
+    """Run (or resume) the study until it holds request.trials finished trials."""
+    space = space_of(request)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = make_study(request, name or study_name(request, predictor), storage)
+    todo = request.trials - sum(t.state.is_finished() for t in study.trials)
+    with tqdm(total=max(todo, 0), desc="searching plans", unit="trial", disable=not progress) as bar:
+        while todo > 0:
+            batch = [study.ask() for _ in range(min(BATCH, todo))]
+            specs = [suggest(t, space) for t in batch]
+            valid = [(t, s) for t, s in zip(batch, specs) if s is not None]
+            for t, s in zip(batch, specs):
+                if s is None:
+                    t.set_user_attr("invalid", "rejected by collect.schema.plan_problems")
+                    study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            if valid:
+                pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=1)
+                for (t, s), row in zip(valid, pred.to_dict("records")):
+                    capacity = s.cluster.memory_bytes
+                    t.set_user_attr("mem_over_capacity", (row["peak_mem_bytes"] - capacity) / capacity)
+                    t.set_user_attr("iter_time_s", row["iter_time_s"])
+                    t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
+                    values = [math.log(row["iter_time_s"])]
+                    if request.objective == "pareto":
+                        values.append(math.log(row["peak_mem_bytes"]))
+                    study.tell(t, values if len(values) > 1 else values[0])
+            todo -= len(batch)
+            bar.update(len(batch))
+    return study
+
+
+def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
+
+
+def _results(predictor: Predictor, request: SearchRequest, trials) -> list[SearchResult]:
+    from serve.predictor import to_prediction
+
+    space = space_of(request)
+    specs, seen = [], set()
+    for t in trials:
+        spec = suggest(optuna.trial.FixedTrial(t.params), space)
+        key = spec.plan.model_dump_json() + str(spec.workload.micro_batch_size)
+        if key not in seen:
+            seen.add(key)
+            specs.append(spec)
+    if not specs:
+        return []
+    frame = predictor.predict(specs, request.cluster.hardware_name(), workers=1)
+    return [SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, prediction=to_prediction(row))
+            for s, row in zip(specs, frame.to_dict("records"))]
+
+
+def search(predictor: Predictor, request: SearchRequest, storage: str | None = None, progress: bool = False) -> SearchResponse:
+    from serve.predictor import model_summary
+
+    study = run_search(predictor, request, storage, progress=progress)
+    feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
+    best = _results(predictor, request, feasible)[:request.top_k]
+    pareto = []
+    if request.objective == "pareto":
+        front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
+        pareto = sorted(_results(predictor, request, front), key=lambda r: r.prediction.iter_time_s)
+    return SearchResponse(model=model_summary(predictor), objective=request.objective, trials=len(study.trials),
+                          feasible_trials=len(feasible), space_size=len(space_of(request).enumerate()), best=best,
+                          pareto=pareto)
+
+
+def build_request(args) -> SearchRequest:
+    """From a SearchRequest file, or from --workload (JSON file or text) and --cluster (preset name or JSON)."""
+    from serve.cli import RequestError, load_request
+
+    if args.request:
+        return load_request(args.request, SearchRequest)
+    if not args.workload or not args.cluster:
+        raise RequestError("error: give a SEARCH.json, or --workload and --cluster")
+    workload = json.loads(Path(args.workload).read_text() if Path(args.workload).is_file() else args.workload)
+    cluster = (json.loads(args.cluster) if args.cluster.lstrip().startswith("{")
+               else {"preset": args.cluster, "nodes": args.nodes})
+    body = {"workload": workload, "cluster": cluster, "objective": args.objective, "trials": args.trials}
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"plansight-search-{os.getpid()}.json"
+    tmp.write_text(json.dumps(body))
+    try:
+        return load_request(str(tmp), SearchRequest)
+    finally:
+        tmp.unlink()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m serve.search", description=__doc__.split("\n\n")[0])
+    parser.add_argument("request", nargs="?", help="SEARCH.json with a SearchRequest")
+    parser.add_argument("--workload", help="workload JSON (a file or inline) with its global_batch_size")
+    parser.add_argument("--cluster", help="a preset name (a100-80gb) or cluster JSON")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--objective", choices=["time", "pareto"], default="time")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
+    parser.add_argument("--storage", default=os.environ.get("OPTUNA_STORAGE", DEFAULT_STORAGE))
+    parser.add_argument("--plot", default=None, help="write the Pareto front (or the top plans) to this PNG")
+    args = parser.parse_args(argv)
+    from serve.cli import RequestError, print_table
+    from serve.predictor import load_predictor
+
+    request = build_request(args)
+    try:
+        predictor = load_predictor(args.model)
+    except ValueError as e:
+        raise RequestError(f"error: {e}") from None
+    response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
+    print_table(response)
+    if args.plot:
+        from serve.plots import plot_search
+
+        print(f"plot: {plot_search(response, args.plot)}")
+
+
+if __name__ == "__main__":
+    main()

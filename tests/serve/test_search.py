@@ -1,0 +1,58 @@
+"""Plan search through the surrogate, checked against exhaustive enumeration of a small space."""
+import math
+
+import optuna
+import pytest
+
+from serve.schemas import SearchRequest
+from serve.search import feasible_trials, run_search, search, space_of
+from tests.serve.conftest import CLUSTER, WORKLOAD
+
+
+@pytest.fixture(scope="module")
+def request_small():
+    # 12 layers on 4 A100s, global batch 16, micro-batches 1 or 2: a space small enough to enumerate
+    return SearchRequest.model_validate({"workload": WORKLOAD, "cluster": CLUSTER, "trials": 150,
+                                         "micro_batch_sizes": [1, 2], "seed": 0})
+
+
+def test_search_reaches_the_enumerated_optimum(predictor, request_small, tmp_path):
+    specs = space_of(request_small).enumerate()
+    assert 50 < len(specs) < 1000
+    pred = predictor.predict(specs, "a100-80gb")
+    feasible = pred[pred["fits"]]
+    optimum = feasible["iter_time_s"].min()
+
+    study = run_search(predictor, request_small, storage=f"sqlite:///{tmp_path / 'search.db'}", name="s")
+    found = feasible_trials(study)
+    best = min(t.user_attrs["iter_time_s"] for t in found)
+    # the search can only find plans of the space: never better than the enumerated optimum ...
+    assert best >= optimum * (1 - 1e-6)
+    # ... and it lands within 2% of it in the trial budget
+    assert best <= 1.02 * optimum
+    # infeasible plans stay in the study as constraint violations, not dropped
+    over = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs["mem_over_capacity"] > 0]
+    assert len(found) + len(over) + sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) == 150
+
+
+def test_search_resumes_from_its_storage(predictor, request_small, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'resume.db'}"
+    first = run_search(predictor, request_small.model_copy(update={"trials": 40}), storage=storage, name="r")
+    assert len(first.trials) == 40
+    first_params = [t.params for t in first.trials]
+    again = run_search(predictor, request_small.model_copy(update={"trials": 64}), storage=storage, name="r")
+    assert len(again.trials) == 64  # the 40 stored trials count; 24 more were run
+    assert [t.params for t in again.trials[:40]] == first_params
+
+
+def test_pareto_search_gives_a_front(predictor, request_small):
+    response = search(predictor, request_small.model_copy(update={"objective": "pareto", "trials": 96}))
+    front = response.pareto
+    assert front
+    times = [r.prediction.iter_time_s for r in front]
+    mems = [r.prediction.peak_mem_bytes for r in front]
+    assert times == sorted(times)
+    # on a front, a faster plan never also uses less memory than a slower one (up to re-prediction rounding)
+    assert all(mems[i] >= mems[i + 1] * (1 - 1e-6) for i in range(len(mems) - 1))
+    assert all(r.prediction.fits for r in front) and math.isfinite(times[0])
