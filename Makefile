@@ -68,7 +68,7 @@ search: install ## plan search through the surrogate: WORKLOAD=file.json CLUSTER
 render: install ## draw a small plan's simulated timeline to docs/img/timeline.png
 	$(PY) -m gnn.render
 
-demo: install ## the main job end to end on the embedded default: a small local collection and its table
+demo: install ## the main job end to end on the shipped data: champion (or train one), accuracy table, a plan search
 	$(PY) -m experiments.demo
 
 clean: ## remove the virtualenv and caches (keeps data/)

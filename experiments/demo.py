@@ -1,44 +1,93 @@
-"""The main job end to end on the embedded default.
+"""The main job end to end on the shipped data.
 
     python -m experiments.demo        (make demo)
 
-Until the surrogate lands this runs the default local sweep
-(collect/sweeps/default.yaml: CPU, gloo, a few minutes) into build/demo/ and
-prints its results table, so a fresh clone shows real measurements at once.
+1. The surrogate: the registered champion (models:/plansight@champion in the
+   local MLflow store), or, on a fresh clone, a new ensemble trained on the
+   shipped runs (all/random split, a few minutes), tracked and registered.
+2. Its accuracy on the held-out test rows beside the baselines, per hardware
+   domain, with the measured noise floor (all splits: `make evaluate`).
+3. A plan search for a workload that was never measured (a 20-layer,
+   1536-wide GPT on one 8 x A100-80GB node) and its top plans.
 """
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
-from collect.run import SweepRunner
-from collect.sweep import SweepSpec
-
-DEFAULT_SWEEP = Path(__file__).resolve().parents[1] / "collect" / "sweeps" / "default.yaml"
-COLUMNS = ["world_size", "dp", "tp", "pp", "sharding", "recompute", "pp_schedule", "num_microbatches",
-           "layers", "hidden", "status", "iter_time_ms", "peak_mib", "capacity_mib"]
+REPO = Path(__file__).resolve().parents[1]
+SEARCH_WORKLOAD = REPO / "experiments" / "requests" / "gpt-20l-1536.json"
 
 
-def results_table(df: pd.DataFrame) -> str:
-    df = df[~df["is_reference"]].copy()
-    df["iter_time_ms"] = (df["iter_time_s"] * 1e3).round(1)
-    df["peak_mib"] = (df["peak_mem_bytes"] / 2**20).round(2)
-    df["capacity_mib"] = (df["memory_bytes"] / 2**20).round(0)
-    df["pp_schedule"] = df["pp_schedule"].fillna("-")
-    return df.sort_values(["world_size", "iter_time_ms"])[COLUMNS].to_string(index=False)
+def champion_or_train(ds, parts, max_epochs: int):
+    import time
+
+    from gnn.train import TrainConfig, train_ensemble
+    from gnn.tracking import log_surrogate
+    from gnn.splits import SERVING_SPLIT
+    from serve.predictor import load_predictor
+
+    try:
+        predictor = load_predictor("models:/plansight@champion")
+        print(f"[1/3] loaded the champion: {predictor.info.get('uri')} version {predictor.info.get('version')}")
+        return predictor
+    except ValueError:
+        pass
+    print("[1/3] no champion registered yet: training the ensemble on the shipped runs (all/random)")
+    cfg = TrainConfig(max_epochs=max_epochs)
+    start = time.perf_counter()
+    ensemble = train_ensemble(ds, parts, cfg)
+    print(log_surrogate(ensemble, ds, parts, SERVING_SPLIT, asdict(cfg), time.perf_counter() - start))
+    return load_predictor("models:/plansight@champion")
+
+
+def accuracy_table(ds, splits, predictor) -> str:
+    from experiments.evaluate import evaluate_predictor, noise_records
+    from gnn.baselines import REGISTRY
+    from gnn.splits import SERVING_SPLIT
+    from gnn.tracking import ensemble_records
+
+    records, _ = ensemble_records(predictor.ensemble, ds, splits[SERVING_SPLIT], "all/random", which=("test",))
+    for r in records:
+        r["split"] = "random"
+    for split in ("cpu/random", "a100/random"):
+        records += [r for name in REGISTRY for r in evaluate_predictor(name, ds.meta, split, splits[split])]
+    records += [r for r in noise_records(ds.meta, splits) if r["split"] == "random"]
+    df = pd.DataFrame(records)
+    errors = df[df.target.isin(["time", "memory"])]
+    mape = (errors.pivot_table(index=["domain", "target"], columns="predictor", values="mape", aggfunc="first") * 100)
+    cover = df[(df.predictor == "gnn") & df.target.isin(["time", "memory"])].set_index(["domain", "target"])["coverage"]
+    mape["gnn 80% interval coverage"] = (cover * 100).round(0)
+    oom = df[df.target == "oom"].pivot_table(index="domain", columns="predictor", values="accuracy", aggfunc="first")
+    return (f"MAPE % on the random test rows (noise_floor: mean deviation of repeated measurements)\n"
+            f"{mape.round(1).to_string()}\n\noom accuracy\n{oom.round(3).to_string()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sweep", default=str(DEFAULT_SWEEP))
-    parser.add_argument("--out", default="build/demo")
+    parser.add_argument("--max-epochs", type=int, default=80)
+    parser.add_argument("--trials", type=int, default=200)
     args = parser.parse_args()
-    spec = SweepSpec.from_yaml(args.sweep)
-    runner = SweepRunner(spec, out_dir=Path(args.out) / "runs", hardware_dir=Path(args.out) / "hardware")
-    runner.run()
-    print(results_table(runner.store.load()))
+    from gnn.dataset import PlanGraphs
+    from gnn.splits import SERVING_SPLIT, named_splits
+    from gnn.tracking import setup
+    from serve.cli import print_table
+    from serve.schemas import SearchRequest
+    from serve.search import search
+
+    setup()
+    ds = PlanGraphs()
+    splits = named_splits(ds.meta)
+    predictor = champion_or_train(ds, splits[SERVING_SPLIT], args.max_epochs)
+    print("\n[2/3] accuracy on held-out measurements\n" + accuracy_table(ds, splits, predictor))
+    request = SearchRequest.model_validate({"workload": json.loads(SEARCH_WORKLOAD.read_text()),
+                                            "cluster": {"preset": "a100-80gb"}, "trials": args.trials})
+    print(f"\n[3/3] plan search for a never-measured workload ({SEARCH_WORKLOAD.name}, 1 x 8 A100-80GB)")
+    print_table(search(predictor, request, storage=None, progress=True))
 
 
 if __name__ == "__main__":

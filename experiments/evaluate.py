@@ -52,13 +52,18 @@ def gnn_splits(splits: dict) -> list[str]:
     return [s for s in splits if not (s.endswith("/random") and s != SERVING_SPLIT)]
 
 
+def cache_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
+    key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
+    return CACHE / f"{name}-{split.replace('/', '-')}-{key}.json"
+
+
 def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name: str) -> list[dict]:
     """Train (or load the cached records of) one ensemble on ``split``; records for its test rows."""
+    from gnn.predictor import Predictor
     from gnn.tracking import ensemble_records
     from gnn.train import train_ensemble
 
-    key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
-    cached = CACHE / f"{name}-{split.replace('/', '-')}-{key}.json"
+    cached = cache_path(ds, split, cfg, name)
     if cached.exists():
         return json.loads(cached.read_text())
     ensemble = train_ensemble(ds, parts, cfg, progress=False)
@@ -72,6 +77,8 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
         if split == SERVING_SPLIT:
             r["split"] = "random"
     CACHE.mkdir(parents=True, exist_ok=True)
+    # the model too: experiments/search_proof.py searches with the model that never saw the held-out shape
+    Predictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(cached.with_suffix(".pt"))
     cached.write_text(json.dumps(records))
     return records
 
@@ -114,11 +121,11 @@ def table(records: list[dict]) -> str:
     gnn = df[df.predictor == "gnn"]
     if len(gnn):
         cols = [c for c in ("n", "mape", "mdape", "gmae", "p90", "max", "coverage", "accuracy", "precision", "recall",
-                            "kendall_tau", "top1_success") if c in gnn]
+                            "kendall_tau", "top1_success", "regret") if c in gnn]
         lines += ["", "GNN in full (coverage: share of measurements inside the 80% interval)",
                   gnn.set_index(["domain", "split", "target"])[cols].sort_index().round(3).to_string()]
     extra = df[df.target.isin(["oom", "ranking"])]
-    cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success") if c in extra]
+    cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success", "regret") if c in extra]
     for col in cols:
         lines += ["", f"{col} (test rows)", extra.pivot_table(index=["domain", "split"], columns="predictor", values=col,
                                                              aggfunc="first").round(3).dropna(how="all").to_string()]

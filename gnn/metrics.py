@@ -3,7 +3,8 @@
 MAPE; median APE (comparable to the noise floor, itself a median); geometric-mean error exp(mean |log(pred/true)|) - 1; p90 and max of the
 absolute percentage error; oom accuracy, precision and recall; Kendall tau of
 the plan ranking within each workload; top-1 success: the predicted-fastest
-plan of a workload is the measured fastest or within 10% of it (Lin et al.).
+plan of a workload is the measured fastest or within 10% of it (Lin et al.); regret: how much
+slower the chosen plan measured than the fastest.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def oom_stats(pred_mem: np.ndarray, capacity: np.ndarray, is_oom: np.ndarray) ->
 
 
 def ranking_stats(rows: pd.DataFrame, pred_time: pd.Series) -> dict:
-    taus, hits = [], []
+    taus, hits, regrets = [], [], []
     df = rows.assign(pred=pred_time)
     for _, group in df.groupby(WORKLOAD_KEY, dropna=False):
         plans = group.groupby("run_id").agg(true=("iter_time_s", "median"), pred=("pred", "median"))
@@ -49,5 +50,7 @@ def ranking_stats(rows: pd.DataFrame, pred_time: pd.Series) -> dict:
                 taus.append(tau)
         chosen = plans["pred"].idxmin()
         hits.append(plans.loc[chosen, "true"] <= 1.10 * plans["true"].min())
+        regrets.append(plans.loc[chosen, "true"] / plans["true"].min() - 1)
     return {"n_workloads": len(hits), "kendall_tau": float(np.mean(taus)) if taus else None,
-            "top1_success": float(np.mean(hits)) if hits else None}
+            "top1_success": float(np.mean(hits)) if hits else None,
+            "regret": float(np.mean(regrets)) if regrets else None}

@@ -81,9 +81,9 @@ def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna
 
 
 def run_search(predictor: Predictor, request: SearchRequest, storage: str | None = None, name: str | None = None,
-               progress: bool = False) -> optuna.Study:
-    """Run (or resume) the study until it holds request.trials finished trials."""
-    space = space_of(request)
+               progress: bool = False, space: Space | None = None) -> optuna.Study:
+    """Run (or resume) the study until it holds request.trials finished trials (over ``space`` if given)."""
+    space = space or space_of(request)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = make_study(request, name or study_name(request, predictor), storage)
     todo = request.trials - sum(t.state.is_finished() for t in study.trials)
@@ -117,10 +117,9 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
             and t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
 
 
-def _results(predictor: Predictor, request: SearchRequest, trials) -> list[SearchResult]:
+def _results(predictor: Predictor, request: SearchRequest, trials, space: Space) -> list[SearchResult]:
     from serve.predictor import to_prediction
 
-    space = space_of(request)
     specs, seen = [], set()
     for t in trials:
         spec = suggest(optuna.trial.FixedTrial(t.params), space)
@@ -135,18 +134,21 @@ def _results(predictor: Predictor, request: SearchRequest, trials) -> list[Searc
             for s, row in zip(specs, frame.to_dict("records"))]
 
 
-def search(predictor: Predictor, request: SearchRequest, storage: str | None = None, progress: bool = False) -> SearchResponse:
+def search(predictor: Predictor, request: SearchRequest, storage: str | None = None, progress: bool = False,
+           space: Space | None = None) -> SearchResponse:
+    """Run the search and answer with the top plans (and the Pareto front); ``space`` narrows the default space."""
     from serve.predictor import model_summary
 
-    study = run_search(predictor, request, storage, progress=progress)
+    space = space or space_of(request)
+    study = run_search(predictor, request, storage, progress=progress, space=space)
     feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
-    best = _results(predictor, request, feasible)[:request.top_k]
+    best = _results(predictor, request, feasible[:4 * request.top_k], space)[:request.top_k]
     pareto = []
     if request.objective == "pareto":
         front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
-        pareto = sorted(_results(predictor, request, front), key=lambda r: r.prediction.iter_time_s)
+        pareto = sorted(_results(predictor, request, front, space), key=lambda r: r.prediction.iter_time_s)
     return SearchResponse(model=model_summary(predictor), objective=request.objective, trials=len(study.trials),
-                          feasible_trials=len(feasible), space_size=len(space_of(request).enumerate()), best=best,
+                          feasible_trials=len(feasible), space_size=len(space.enumerate()), best=best,
                           pareto=pareto)
 
 
