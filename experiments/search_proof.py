@@ -56,7 +56,12 @@ def held_out_model(ds: PlanGraphs, split: str) -> Predictor:
     return Predictor.load(path, ds.hardware_dir)
 
 
-def cpu_space(fingerprint: str) -> Space:
+def cpu_fingerprint() -> str:
+    """The fingerprint of the machine the shipped CPU runs were measured on."""
+    return pd.read_parquet(REPO / "data" / "runs" / "cpu-v1.parquet", columns=["fingerprint_id"])["fingerprint_id"].mode().iloc[0]
+
+
+def cpu_space() -> Space:
     workload = Workload(**SHAPE, micro_batch_size=1, global_batch_size=8)
     cluster = Cluster(nodes=1, devices_per_node=4, memory_bytes=CAPACITY)
     return Space(workload, cluster, micro_batch_sizes=(1, 2), max_tp=2)
@@ -91,8 +96,8 @@ def measure(points: list[RunSpec]) -> pd.DataFrame:
 
 def cpu_proof(ds: PlanGraphs, trials: int, top: int) -> dict:
     predictor = held_out_model(ds, "cpu/held_out_shape")
-    hardware = ds.meta.loc[ds.meta.domain == "cpu", "fingerprint_id"].mode().iloc[0]
-    space = cpu_space(hardware)
+    hardware = cpu_fingerprint()
+    space = cpu_space()
     chosen = candidates(predictor, space, hardware, trials, top)
     order = chosen["search"] + chosen["simulator"] + chosen["default_fsdp_dp"]
     rest = [s for s in chosen["all"] if s.run_id not in {c.run_id for c in order}]
