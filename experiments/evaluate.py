@@ -31,6 +31,7 @@ import pandas as pd
 from collect.report import noise_floor
 from gnn.baselines import REGISTRY
 from gnn.dataset import PlanGraphs
+from gnn.ensemble import Ensemble
 from gnn.scoring import score
 from gnn.splits import SERVING_SPLIT, named_splits
 from gnn.train import TrainConfig
@@ -52,47 +53,48 @@ def gnn_splits(splits: dict) -> list[str]:
     return [s for s in splits if not (s.endswith("/random") and s != SERVING_SPLIT)]
 
 
-def cache_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
-    key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
-    return CACHE / f"{name}-{split.replace('/', '-')}-{key}.json"
+SCORING = 2  # bump when calibration or scoring changes: records are then recomputed from the cached models
+
+
+def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
+    """Where the ensemble trained on ``split`` with ``cfg`` is kept (keyed on the data, the graph code and cfg)."""
+    fields = asdict(cfg)
+    if fields["time_base"] == "simulator":  # time_base joined the config later: keep the keys of earlier models
+        del fields["time_base"]
+    key = hashlib.sha256(json.dumps([ds.key, split, fields], sort_keys=True).encode()).hexdigest()[:12]
+    return CACHE / f"{name}-{split.replace('/', '-')}-{key}.pt"
 
 
 def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name: str) -> list[dict]:
-    """Train (or load the cached records of) one ensemble on ``split``; records for its test rows."""
+    """Records for the test rows of ``split``: from the cache, from the cached model, or from a new ensemble."""
     from gnn.predictor import Predictor
     from gnn.tracking import ensemble_records
-    from gnn.train import train_ensemble
+    from gnn.train import calibrate_ensemble, train_ensemble
 
-    cached = cache_path(ds, split, cfg, name)
+    model = model_path(ds, split, cfg, name)
+    cached = model.with_name(model.stem + f".records-v{SCORING}.json")
     if cached.exists():
         return json.loads(cached.read_text())
-    ensemble = train_ensemble(ds, parts, cfg, progress=False)
+    if model.exists():
+        ensemble = Predictor.load(model, ds.hardware_dir).ensemble
+        calibrate_ensemble(ensemble, ds, parts)  # calibration is post hoc: redo it with the current code
+    else:
+        ensemble = train_ensemble(ds, parts, cfg, progress=False)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # the model is kept: experiments/search_proof.py searches with the model that never saw the held-out shape
+    Predictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(model)
     records, _ = ensemble_records(ensemble, ds, parts, split, predictor=name, which=("test",))
     if len(ensemble.members) > 1:
         # its first member alone (seed 0) is a single model: the like-for-like partner of a one-member ablation
-        single = single_member(ensemble, ds, parts)
+        single = Ensemble([ensemble.members[0]])
+        calibrate_ensemble(single, ds, parts)
         records += ensemble_records(single, ds, parts, split, predictor=f"{name}_single", which=("test",))[0]
     for r in records:
         r.pop("part")
         if split == SERVING_SPLIT:
             r["split"] = "random"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    # the model too: experiments/search_proof.py searches with the model that never saw the held-out shape
-    Predictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(cached.with_suffix(".pt"))
     cached.write_text(json.dumps(records))
     return records
-
-
-def single_member(ensemble, ds: PlanGraphs, parts: dict):
-    import torch
-
-    from gnn.ensemble import Ensemble
-
-    single = Ensemble([ensemble.members[0]])
-    val = ds.meta.loc[parts["val"]]
-    single.calibrate(ds[torch.as_tensor(parts["val"])], np.log(val["iter_time_s"].to_numpy(dtype=float)),
-                     np.log(val["peak_mem_bytes"].to_numpy(dtype=float)))
-    return single
 
 
 def noise_records(meta: pd.DataFrame, splits: dict) -> list[dict]:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from collect.run import SweepRunner
-from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.schema import Cluster, RunSpec, Workload
 from collect.sweep import SweepSpec
 from gnn.dataset import PlanGraphs
 from gnn.metrics import ranking_stats
@@ -47,10 +45,10 @@ MEASURE = dict(warmup_iters=0, timed_iters=3, memory_window_iters=2)  # as in co
 
 def held_out_model(ds: PlanGraphs, split: str) -> Predictor:
     """The evaluation's model for ``split`` (build/evaluate), trained now if `make evaluate` has not run."""
-    from experiments.evaluate import cache_path, evaluate_gnn
+    from experiments.evaluate import evaluate_gnn, model_path
 
     cfg = TrainConfig()
-    path = cache_path(ds, split, cfg).with_suffix(".pt")
+    path = model_path(ds, split, cfg)
     if not path.exists():
         evaluate_gnn(ds, split, named_splits(ds.meta)[split], cfg, "gnn")
     return Predictor.load(path, ds.hardware_dir)

@@ -14,10 +14,11 @@ class Surrogate(L.LightningModule):
     def __init__(self, node_dim: int, edge_dim: int, global_dim: int, sim_index: tuple[int, int],
                  physics_columns: dict, physics: bool = True, hidden: int = 64, num_layers: int = 3,
                  dropout: float = 0.1, lr: float = 2e-3, weight_decay: float = 1e-5, loss: str = "l1",
-                 memory_weight: float = 1.0):
+                 memory_weight: float = 1.0, feature_names: list[str] | None = None, time_base: str = "analytical"):
         super().__init__()
         self.save_hyperparameters()
-        self.model = PlanGNN(node_dim, edge_dim, global_dim, sim_index if physics else None, hidden, num_layers, dropout)
+        self.model = PlanGNN(node_dim, edge_dim, global_dim, sim_index if physics else None, hidden, num_layers, dropout,
+                             feature_names, time_base)
         # Without physics the simulator's outputs and the per-node cost estimates are masked out.
         x_mask, u_mask = torch.ones(node_dim), torch.ones(global_dim)
         if not physics:

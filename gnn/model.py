@@ -5,8 +5,9 @@ schedule's order matters), and a reversed copy of every edge, flagged as
 such, lets information flow against dependencies too. Pooling: sum and mean
 over nodes, concatenated with the graph-level features. Heads: log iteration
 time, log peak memory, and an oom logit. Physics-informed: with ``physics``,
-the time and memory heads predict a correction to the simulator's own
-log estimates, which are also inputs, so the network learns what the physics
+the time head predicts a correction to the fitted analytical model's log time
+(gnn.physics_base) and the memory head one to the simulator's log peak; the
+simulator's outputs are also inputs, so the network learns what the physics
 misses rather than the physics itself.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch_geometric.nn import MLP, GINEConv, global_add_pool, global_mean_pool
+
+from gnn.physics_base import AnalyticalTimeBase
 
 
 class Standardize(nn.Module):
@@ -44,9 +47,12 @@ class Standardize(nn.Module):
 
 class PlanGNN(nn.Module):
     def __init__(self, node_dim: int, edge_dim: int, global_dim: int, sim_index: tuple[int, int] | None,
-                 hidden: int = 64, num_layers: int = 3, dropout: float = 0.1):
+                 hidden: int = 64, num_layers: int = 3, dropout: float = 0.1, feature_names: list[str] | None = None,
+                 time_base: str = "analytical"):
         super().__init__()
         self.sim_index = sim_index  # columns of u holding log sim time and log sim memory; None = no physics
+        # what the time head corrects: the fitted analytical model (gnn.physics_base) or the raw simulator
+        self.time_base = AnalyticalTimeBase(feature_names) if sim_index is not None and time_base == "analytical" else None
         self.node_norm, self.global_norm = Standardize(node_dim), Standardize(global_dim)
         self.node_in = nn.Linear(node_dim, hidden)
         self.convs = nn.ModuleList(
@@ -68,6 +74,7 @@ class PlanGNN(nn.Module):
         pooled = torch.cat([global_add_pool(h, batch), global_mean_pool(h, batch), self.global_norm(u)], dim=1)
         out = self.head(pooled)
         if self.sim_index is not None:
-            base = torch.stack([u[:, self.sim_index[0]], u[:, self.sim_index[1]], torch.zeros_like(u[:, 0])], 1)
-            out = out + base
+            base = getattr(self, "time_base", None)  # absent in models saved before the analytical base existed
+            time = base(u) if base is not None else u[:, self.sim_index[0]]
+            out = out + torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)
         return out

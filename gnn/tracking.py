@@ -44,10 +44,13 @@ def champion_metric(metric: str) -> float | None:
     return client.get_run(version.run_id).data.metrics.get(metric)
 
 
-def register_if_better(model_uri: str, metric: str, value: float) -> bool:
-    """Register the model and make it champion only if it beats the current one (lower is better)."""
+def register_if_better(model_uri: str, metric: str, value: float, allow_equal: bool = False) -> bool:
+    """Register the model and make it champion only if it beats the current one (lower is better).
+
+    ``allow_equal``: a re-calibrated copy of the champion (same predictions, new intervals) may replace it.
+    """
     current = champion_metric(metric)
-    if current is not None and value >= current:
+    if current is not None and (value > current or (value == current and not allow_equal)):
         return False
     version = mlflow.register_model(model_uri, MODEL_NAME)
     mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, CHAMPION, version.version)
@@ -93,13 +96,12 @@ def selection_value(records: list[dict], part: str = "val") -> float:
 
 
 def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_seconds: float,
-                  register: bool | None = None) -> str:
+                  register: bool | None = None, recalibrated: bool = False) -> str:
     """One MLflow run: params, dataset version, metrics per part / domain / target, plots, tables, the model.
 
     Registered (and aliased champion) only if it beats the champion on validation; by default only models
     trained on the serving split compete, since another split's validation rows are not comparable.
     """
-    import json
     import tempfile
 
     import pandas as pd
@@ -118,7 +120,8 @@ def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_sec
         mlflow.log_params({**params, "split": split, "dataset_version": dataset_version(ds.runs),
                            **{f"n_{k}": len(v) for k, v in parts.items()}})
         mlflow.log_metrics({**_metrics(records), "val_selection": value, "train_seconds": train_seconds,
-                            "k_time": float(ensemble.k[0]), "k_mem": float(ensemble.k[1])})
+                            **{f"k_{d}_{t}": float(ensemble.k[i, j]) for i, d in enumerate(("cpu", "cuda"))
+                               for j, t in enumerate(("time", "mem"))}})
         for part, (rows, pred) in frames.items():
             mlflow.log_artifact(str(scatter(rows, pred, f"{split} {part} rows", f"{tmp}/scatter_{part}.png")), "plots")
         table = pd.DataFrame(records)
@@ -131,7 +134,7 @@ def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_sec
         predictor = Predictor(ensemble, ds.hardware_dir, {"run_id": run.info.run_id, "split": split,
                                                            "val_selection": value})
         info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
-        registered = register and register_if_better(info.model_uri, "val_selection", value)
+        registered = register and register_if_better(info.model_uri, "val_selection", value, allow_equal=recalibrated)
     test_time = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "time"}
     test_mem = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "memory"}
     return (f"{split}: validation selection metric {value:.4f}; test time MAPE "

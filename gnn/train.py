@@ -46,6 +46,7 @@ class TrainConfig:
     memory_weight: float = 1.63
     max_epochs: int = 80
     patience: int = 10
+    time_base: str = "simulator"  # or "analytical": what the time head corrects (gnn.physics_base)
     physics: bool = True
     members: int = 3
     seed: int = 0
@@ -58,8 +59,11 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
                        physics_columns={"node": [NODE_FEATURES.index("log_est_time_us")],
                                         "global": [names.index(c) for c in SIM_COLUMNS]},
                        physics=cfg.physics, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
-                       lr=cfg.lr, weight_decay=cfg.weight_decay, loss=cfg.loss, memory_weight=cfg.memory_weight)
+                       lr=cfg.lr, weight_decay=cfg.weight_decay, loss=cfg.loss, memory_weight=cfg.memory_weight,
+                       feature_names=names, time_base=cfg.time_base)
     train = ds[torch.as_tensor(train_idx)]
+    if module.model.time_base is not None:
+        module.model.time_base.fit(ds.meta.loc[train_idx])
     module.model.node_norm.fit(torch.cat([g.x for g in train]))
     module.model.global_norm.fit(torch.cat([g.u for g in train]))
     return module
@@ -90,10 +94,19 @@ def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool
     for i in tqdm(range(cfg.members), desc="training members", unit="member", disable=not progress):
         members.append(fit(ds, parts, replace(cfg, seed=cfg.seed + i), **trainer_kwargs))
     ensemble = Ensemble(members)
+    calibrate_ensemble(ensemble, ds, parts)
+    return ensemble
+
+
+def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
+    """Fit the ensemble's interval factors per hardware domain on the split's validation rows."""
+    names = [c for c in ds.meta.columns if c.startswith("f_")]
+    ensemble.domain_column = names.index("f_cuda")
+    if ensemble.k.shape != (2, 2):  # saved before intervals were calibrated per domain
+        ensemble.k = torch.ones(2, 2)
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(ds[torch.as_tensor(parts["val"])], np.log(val["iter_time_s"].to_numpy(dtype=float)),
                        np.log(val["peak_mem_bytes"].to_numpy(dtype=float)))
-    return ensemble
 
 
 def main() -> None:
@@ -105,12 +118,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--devices", default="1")
+    parser.add_argument("--recalibrate", metavar="MODEL_URI",
+                        help="re-fit the intervals of a trained model (e.g. models:/plansight@champion) and log it anew")
     args = parser.parse_args()
     from gnn.tracking import log_surrogate, setup
 
     setup()
     ds = PlanGraphs()
     parts = named_splits(ds.meta)[args.split]
+    if args.recalibrate:
+        from serve.predictor import load_predictor
+
+        ensemble = load_predictor(args.recalibrate).ensemble
+        calibrate_ensemble(ensemble, ds, parts)
+        print(log_surrogate(ensemble, ds, parts, args.split, {"recalibrated_from": args.recalibrate}, 0.0,
+                            recalibrated=True))
+        return
     cfg = TrainConfig(max_epochs=args.max_epochs, physics=not args.no_physics, seed=args.seed, members=args.members)
     start = time.perf_counter()
     ensemble = train_ensemble(ds, parts, cfg, accelerator=args.accelerator, devices=args.devices)

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from collect.schema import RunSpec
 from gnn.predictor import Predictor
-from serve.schemas import PlanPrediction, SearchRequest, SearchResponse, SearchResult
+from serve.schemas import SearchRequest, SearchResponse, SearchResult
 from serve.space import Space
 
 REPO = Path(__file__).resolve().parents[1]

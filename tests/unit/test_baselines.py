@@ -57,3 +57,19 @@ def test_ranking_by_hand():
     # predicted order b < a < c: b is chosen, and it is within 10% of the measured fastest a
     r = ranking_stats(rows, pd.Series([1.1, 1.0, 3.0]))
     assert r["top1_success"] == 1.0 and r["kendall_tau"] == pytest.approx(1 / 3)
+
+
+def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
+    import torch
+
+    from gnn.baselines import AnalyticalPredictor
+    from gnn.physics_base import AnalyticalTimeBase
+
+    meta = vtrain_dataset.meta
+    names = [c for c in meta.columns if c.startswith("f_")]
+    train, rows = meta.iloc[:500], meta.iloc[500:600]
+    base = AnalyticalTimeBase(names)
+    base.fit(train)
+    u = torch.tensor(rows[names].to_numpy(dtype=float), dtype=torch.float32)
+    expected = AnalyticalPredictor().fit(train).predict(rows)["pred_time_s"].to_numpy()
+    np.testing.assert_allclose(np.exp(base(u).numpy()), expected, rtol=1e-4)
