@@ -2,9 +2,9 @@
 
     python -m experiments.bench_inference [--repeats 3] [--model models:/plansight@champion]
 
-The batch is every valid plan of a 1.3B-parameter GPT (24 layers, hidden
-2048, seq 2048, global batch 256) on 2 x 8 A100-80GB: the set a plan search
-asks about. Timed separately: featurisation (compile + simulate + features)
+The batch is every valid plan (960) of the demo's search workload, a GPT of
+20 layers, hidden 1536, seq 1024, global batch 64, on 8 A100-80GB: the set a
+plan search asks about. Timed separately: featurisation (compile + simulate + features)
 and the ensemble's forward pass, with 1 worker and with one per core. Each
 figure is the median of repeats.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 from collect.schema import Cluster, Workload
 from serve.space import Space
 
-WORKLOAD = Workload(layers=24, hidden=2048, heads=16, seq_len=2048, vocab=51200, micro_batch_size=1,
-                    global_batch_size=256, dtype="bfloat16")
-CLUSTER = Cluster(nodes=2, devices_per_node=8, device="cuda", device_kind="a100-80gb", memory_bytes=80 * 2**30,
+WORKLOAD = Workload(layers=20, hidden=1536, heads=16, seq_len=1024, vocab=51200, micro_batch_size=1,
+                    global_batch_size=64, dtype="bfloat16")
+CLUSTER = Cluster(nodes=1, devices_per_node=8, device="cuda", device_kind="a100-80gb", memory_bytes=80 * 2**30,
                   backend="nccl")
 
 

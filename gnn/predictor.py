@@ -3,12 +3,18 @@
 The one path every consumer takes (evaluation, the MLflow pyfunc model, the
 CLI and HTTP service, the plan search): compile each plan's execution graph on
 the named hardware, simulate it for the physics features, and run the
-ensemble over the batch. Featurisation is the expensive part, so it runs on a
-process pool for large batches.
+ensemble over the batch. Featurisation is the expensive part, so large
+batches run it on a process pool. The pool is started once per Predictor and
+kept: starting workers costs seconds (they import torch). Workers come from a
+forkserver, not fork: forking a process whose torch and server threads are
+running can deadlock the child.
 """
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -37,6 +43,28 @@ class Predictor:
         self.ensemble = ensemble.eval()
         self.hardware_dir = str(hardware_dir)
         self.info = info or {}  # which model: name, version, run id, validation metrics
+        self.__setstate__(self.__dict__)
+
+    def __getstate__(self):
+        # a pool and its lock do not travel with the model
+        return {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_pool_size", "_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._pool, self._pool_size, self._lock = None, 0, threading.Lock()
+
+    def _workers_pool(self, workers: int) -> ProcessPoolExecutor:
+        with self._lock:  # the HTTP service calls from several threads
+            return self._start_pool(workers)
+
+    def _start_pool(self, workers: int) -> ProcessPoolExecutor:
+        if self._pool is None or self._pool_size != workers:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+            self._pool_size = workers
+            atexit.register(self._pool.shutdown)
+        return self._pool
 
     def featurize(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
                   workers: int | None = None):
@@ -47,8 +75,7 @@ class Predictor:
         if workers <= 1:
             return _featurize_chunk((specs, flags, hardware, self.hardware_dir))
         chunks = [(specs[i::workers], flags[i::workers], hardware, self.hardware_dir) for i in range(workers)]
-        with ProcessPoolExecutor(workers) as pool:
-            parts = list(pool.map(_featurize_chunk, chunks))
+        parts = list(self._workers_pool(workers).map(_featurize_chunk, chunks))
         out = [None] * len(specs)
         for i, part in enumerate(parts):
             out[i::workers] = part

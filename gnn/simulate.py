@@ -74,8 +74,20 @@ def _split_idle(g: ExecGraph, start: np.ndarray, end: np.ndarray, rank: int, tot
     edges = [0.0] + [t for interval in busy for t in interval] + [total]
     gaps = [(edges[k], edges[k + 1]) for k in range(0, len(edges), 2) if edges[k + 1] > edges[k]]
     idle = sum(b - a for a, b in gaps)
-    exposed = sum(max(0.0, min(b, d) - max(a, c)) for a, b in gaps for c, d in comm)
-    return exposed, max(0.0, idle - exposed)
+    return (exposed := _overlap(gaps, comm)), max(0.0, idle - exposed)
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    """Total overlap of two sorted lists of disjoint intervals, in one merge pass."""
+    total, i, j = 0.0, 0, 0
+    while i < len(xs) and j < len(ys):
+        (a, b), (c, d) = xs[i], ys[j]
+        total += max(0.0, min(b, d) - max(a, c))
+        if b < d:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
