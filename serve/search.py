@@ -117,16 +117,20 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
             and t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
 
 
-def _results(predictor: Predictor, request: SearchRequest, trials, space: Space) -> list[SearchResult]:
+def _results(predictor: Predictor, request: SearchRequest, trials, space: Space, limit: int | None = None
+             ) -> list[SearchResult]:
+    """The distinct plans of ``trials`` (in order, at most ``limit``), re-predicted in full."""
     from serve.predictor import to_prediction
 
     specs, seen = [], set()
     for t in trials:
         spec = suggest(optuna.trial.FixedTrial(t.params), space)
         key = spec.plan.model_dump_json() + str(spec.workload.micro_batch_size)
-        if key not in seen:
+        if key not in seen:  # samplers revisit good plans: the top k are k different plans
             seen.add(key)
             specs.append(spec)
+            if limit is not None and len(specs) == limit:
+                break
     if not specs:
         return []
     frame = predictor.predict(specs, request.cluster.hardware_name(), workers=1)
@@ -142,7 +146,7 @@ def search(predictor: Predictor, request: SearchRequest, storage: str | None = N
     space = space or space_of(request)
     study = run_search(predictor, request, storage, progress=progress, space=space)
     feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
-    best = _results(predictor, request, feasible[:4 * request.top_k], space)[:request.top_k]
+    best = _results(predictor, request, feasible, space, limit=request.top_k)
     pareto = []
     if request.objective == "pareto":
         front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]

@@ -56,3 +56,11 @@ def test_pareto_search_gives_a_front(predictor, request_small):
     # on a front, a faster plan never also uses less memory than a slower one (up to re-prediction rounding)
     assert all(mems[i] >= mems[i + 1] * (1 - 1e-6) for i in range(len(mems) - 1))
     assert all(r.prediction.fits for r in front) and math.isfinite(times[0])
+
+
+def test_top_plans_are_distinct_and_fastest_first(predictor, request_small):
+    response = search(predictor, request_small.model_copy(update={"trials": 60, "top_k": 5}))
+    keys = [(r.plan.model_dump_json(), r.micro_batch_size) for r in response.best]
+    assert len(keys) == 5 == len(set(keys))  # samplers revisit good plans; the table must not repeat one
+    times = [r.prediction.iter_time_s for r in response.best]
+    assert all(b >= a * (1 - 1e-5) for a, b in zip(times, times[1:]))  # re-predicted in another batch: float noise
