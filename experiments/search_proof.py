@@ -41,6 +41,8 @@ OUT = REPO / "build" / "proof"
 SHAPE = dict(layers=4, hidden=256, heads=8, seq_len=32, vocab=512, dtype="float32")
 CAPACITY = 32 * 2**20
 MEASURE = dict(warmup_iters=0, timed_iters=3, memory_window_iters=2)  # as in collect/sweeps/cpu-v1.yaml
+CONTENDERS = 10  # the fastest plans of the full sweep, measured again with the candidates
+CONFIRM_REPEATS = 3
 
 
 def held_out_model(ds: PlanGraphs, split: str) -> Predictor:
@@ -93,6 +95,34 @@ def measure(points: list[RunSpec], limit: int | None) -> pd.DataFrame:
     return runner.store.load()
 
 
+def _per_plan(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per plan: median time of its ok measurements, status (ok if at least half ran), measurement counts."""
+    rows = rows[~rows["is_reference"].astype(bool)].assign(ok=lambda r: r["status"] == "ok")
+    per_plan = rows.groupby("run_id").agg(measurements=("ok", "size"), ok_measurements=("ok", "sum"),
+                                          first_status=("status", "first"))
+    per_plan["time"] = rows[rows.ok].groupby("run_id")["iter_time_s"].median()
+    per_plan["status"] = per_plan["first_status"].where(2 * per_plan["ok_measurements"] < per_plan["measurements"], "ok")
+    return per_plan
+
+
+def confirm(candidates: list[RunSpec], everything: list[RunSpec], measured: pd.DataFrame, limit: int | None,
+            contenders: int = CONTENDERS) -> pd.DataFrame:
+    """Measure the candidates and the fastest plans again, three times each, spread over a sweep.
+
+    Single measurements here scatter by ~18% (the noise floor), and the fastest of 227 noisy single
+    measurements is biased low: the plan that won may just have been lucky. Regret is judged on medians.
+    """
+    ok = measured[measured.status == "ok"]
+    fastest = set(ok.nsmallest(contenders, "time").index)
+    points = list({s.run_id: s for s in candidates + [s for s in everything if s.run_id in fastest]}.values())
+    spec = SweepSpec(name="proof-cpu-confirm", points=points, repeat_fraction=1.0, repeat_count=CONFIRM_REPEATS,
+                     reference_every=10**6, deadline_s=240, measure=MEASURE)
+    runner = SweepRunner(spec, out_dir=OUT / "runs", hardware_dir=OUT / "hardware")
+    if limit != 0:
+        runner.run()
+    return runner.store.load()
+
+
 def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None) -> dict:
     predictor = held_out_model(ds, "cpu/held_out_shape")
     hardware = cpu_fingerprint()
@@ -102,8 +132,9 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None) -
     rest = [s for s in chosen["all"] if s.run_id not in {c.run_id for c in order}]
     measure(order, None)  # the candidates first, whatever the budget for the rest
     rows = measure(order + rest, limit)
+    rows = pd.concat([rows, confirm(order, chosen["all"], _per_plan(rows), limit)])
     rows = rows[~rows["is_reference"].astype(bool)]
-    measured = rows.groupby("run_id").agg(time=("iter_time_s", "median"), status=("status", "first"))
+    measured = _per_plan(rows)
     ok = measured[measured.status == "ok"]
     best = ok["time"].min()
     pred = predictor.predict(chosen["all"], hardware)
@@ -114,12 +145,15 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None) -
             m = measured.loc[s.run_id] if s.run_id in measured.index else None
             t = float(m["time"]) if m is not None and m["status"] == "ok" else float("nan")
             table.append({"strategy": strategy, "rank": rank, "plan": _label(s), "status": None if m is None else m["status"],
+                          "measurements": 0 if m is None else int(m["measurements"]),
                           "predicted_ms": by_id[s.run_id]["iter_time_s"] * 1e3, "measured_ms": t * 1e3,
                           "regret": t / best - 1, "within_10pct": bool(t <= 1.10 * best),
                           "real_runs": {"search": top, "simulator": 1, "default_fsdp_dp": 1}[strategy]})
     true_best = ok["time"].idxmin()
     return {"workload": SHAPE, "global_batch_size": 8, "world_size": 4, "capacity_bytes": CAPACITY,
             "space_size": len(chosen["all"]), "measured": int(len(measured)), "measured_ok": int(len(ok)), "measured_oom": int((measured.status == "oom").sum()),
+            "confirmed_plans": int((measured.measurements > 1).sum()), "measurements_per_confirmed_plan":
+            float(measured.loc[measured.measurements > 1, "measurements"].median()),
             "search_trials": chosen["search_trials"][0], "best_measured_ms": best * 1e3,
             "best_plan": _label(next(s for s in chosen["all"] if s.run_id == true_best)), "table": table}
 
