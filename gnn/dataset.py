@@ -16,6 +16,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from torch_geometric.data import Data, InMemoryDataset
@@ -23,13 +24,12 @@ from tqdm import tqdm
 
 from collect.schema import RunSpec
 from gnn.features import edge_arrays, node_features, plan_features, sim_features
-from gnn.graph import build_graph
 from gnn.hardware_model import HardwareModel, hardware_model
 from gnn.rows import load_runs, row_to_spec
-from gnn.simulate import simulate
+from gnn.truncate import simulate_plan
 
 REPO = Path(__file__).resolve().parents[1]
-CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "features.py", "rows.py", "hardware_model.py", "dataset.py"]
+CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "features.py", "rows.py", "hardware_model.py", "dataset.py", "truncate.py"]
 
 
 def _cache_key(paths: list[Path]) -> str:
@@ -40,18 +40,28 @@ def _cache_key(paths: list[Path]) -> str:
     return h.hexdigest()[:12]
 
 
-def featurize_spec(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[Data, dict]:
-    """A plan's execution graph as a PyG graph, and its flat features and simulator outputs."""
-    graph = build_graph(spec.workload, spec.plan, spec.cluster, hw)
-    sim = simulate(graph)
+def featurize_arrays(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[dict[str, np.ndarray], dict]:
+    """A plan's execution graph as arrays (x, edge_index, edge_attr, u), and its flat features and simulator
+    outputs. Plain numpy, so it crosses process boundaries as bytes: torch tensors would travel through
+    shared-memory handles, one per tensor, which costs more than building the graph."""
+    graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw)
     index, attr = edge_arrays(graph)
     flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim)}.items()}
-    data = Data(x=torch.from_numpy(node_features(graph)), edge_index=torch.from_numpy(index),
-                edge_attr=torch.from_numpy(attr), u=torch.tensor([list(flat.values())], dtype=torch.float32))
-    return data, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
-                  "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
-                  "sim_exposed_s": sim.exposed_comm_s,
-                  "num_nodes": len(graph.nodes)}
+    arrays = {"x": node_features(graph), "edge_index": index, "edge_attr": attr,
+              "u": np.array([list(flat.values())], dtype=np.float32)}
+    return arrays, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
+                    "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
+                    "sim_exposed_s": sim.exposed_comm_s, "num_nodes": len(graph.nodes)}
+
+
+def to_data(arrays: dict[str, np.ndarray]) -> Data:
+    return Data(**{k: torch.from_numpy(v) for k, v in arrays.items()})
+
+
+def featurize_spec(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[Data, dict]:
+    """A plan's execution graph as a PyG graph, and its flat features and simulator outputs."""
+    arrays, flat = featurize_arrays(spec, hw, flags)
+    return to_data(arrays), flat
 
 
 def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:

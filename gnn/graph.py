@@ -28,12 +28,15 @@ from gnn.schedule import rank_orders
 KINDS = ("embed", "attn", "mlp", "head", "optimizer",
          "tp_comm", "dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "p2p")
 COMM_KINDS = frozenset(KINDS[5:])
+STREAMS = {**{k: 1 for k in COMM_KINDS}, "p2p": 2}
+COLLECTIVE = {"dp_comm": "all_reduce", "fsdp_allgather": "all_gather", "fsdp_reducescatter": "reduce_scatter",
+              "zero_allgather": "all_gather", "p2p": "send_recv"}  # tp_comm depends on sequence parallelism
 PHASES = ("forward", "backward", "recompute", "step")
 EDGE_KINDS = ("data", "order")
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     kind: str
     phase: str
@@ -49,13 +52,10 @@ class Node:
     free_bytes: float = 0.0  # released when the node ends
     transient_bytes: float = 0.0  # live only while the node runs
     est_time: float = 0.0
+    stream: int = field(init=False)  # 0 compute, 1 collectives, 2 pipeline send/recv (its own communicator, as in torch)
 
-    @property
-    def stream(self) -> int:
-        """0 compute, 1 collectives, 2 pipeline send/recv (its own communicator, as in torch)."""
-        if self.kind == "p2p":
-            return 2
-        return 1 if self.kind in COMM_KINDS else 0
+    def __post_init__(self):
+        self.stream = STREAMS.get(self.kind, 0)
 
 
 @dataclass
@@ -106,9 +106,7 @@ class _Builder:
 
     def _estimate(self, n: Node) -> float:
         if n.kind in COMM_KINDS:
-            op = {"tp_comm": "reduce_scatter" if self.plan.sequence_parallel else "all_reduce",
-                  "dp_comm": "all_reduce", "fsdp_allgather": "all_gather", "fsdp_reducescatter": "reduce_scatter",
-                  "zero_allgather": "all_gather", "p2p": "send_recv"}[n.kind]
+            op = COLLECTIVE.get(n.kind) or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
             per_call = self.hw.comm_time(op, n.message_bytes, n.group, n.crosses_node)
             if n.kind == "tp_comm" and self.plan.sequence_parallel:
                 per_call += self.hw.comm_time("all_gather", n.message_bytes / n.group, n.group, n.crosses_node)

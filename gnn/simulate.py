@@ -44,15 +44,15 @@ class SimResult:
 
 def simulate(g: ExecGraph) -> SimResult:
     start, end = _schedule(g)
-    total = float(end.max()) if len(end) else 0.0
-    busy = np.zeros((g.num_ranks, NUM_STREAMS))
+    total = max(end, default=0.0)
+    busy = [[0.0] * NUM_STREAMS for _ in range(g.num_ranks)]
     for node in g.nodes:
-        busy[node.rank, node.stream] += node.est_time
-    critical = int(np.argmax(busy[:, 0]))
+        busy[node.rank][node.stream] += node.est_time
+    critical = max(range(g.num_ranks), key=lambda r: busy[r][0])  # the first of equally busy ranks
     exposed, bubble = _split_idle(g, start, end, critical, total)
     peaks = _replay_memory(g, start)
-    return SimResult(total, max(peaks), peaks, float(busy[critical, 0]), float(busy[critical, 1:].sum()),
-                     exposed, bubble, start, end)
+    return SimResult(total, max(peaks), peaks, busy[critical][0], sum(busy[critical][1:]), exposed, bubble,
+                     np.array(start), np.array(end))
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -65,7 +65,7 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def _split_idle(g: ExecGraph, start: np.ndarray, end: np.ndarray, rank: int, total: float) -> tuple[float, float]:
+def _split_idle(g: ExecGraph, start: list[float], end: list[float], rank: int, total: float) -> tuple[float, float]:
     """A rank's idle compute time, split into exposed communication (a transfer of this rank is running)
     and bubble (the rank waits on other ranks)."""
     mine = [i for i, node in enumerate(g.nodes) if node.rank == rank]
@@ -90,7 +90,7 @@ def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> fl
     return total
 
 
-def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
+def _schedule(g: ExecGraph) -> tuple[list[float], list[float]]:
     """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth."""
     n = len(g.nodes)
     # plain lists, not arrays: this loop touches one element at a time, where numpy scalars cost ~10x more
@@ -101,40 +101,40 @@ def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
         succs[src].append(dst)
         waiting[dst] += 1
     remaining = [node.est_time for node in g.nodes]
-    comm_rank = [node.rank if node.stream > 0 else None for node in g.nodes]  # None: a compute node
+    comm_rank = [node.rank if node.stream else -1 for node in g.nodes]  # -1: a compute node
+    sharing = [0] * (g.num_ranks + 1)  # transfers running per rank (the last slot counts compute, unused)
     now, done = 0.0, 0
     active: list[int] = []
     ready = [i for i in range(n) if waiting[i] == 0]
     while done < n:
         for i in ready:
             start[i] = now
+            sharing[comm_rank[i]] += 1
         active.extend(ready)
         ready = []
-        sharing: dict[int, int] = {}
-        for i in active:
-            r = comm_rank[i]
-            if r is not None:
-                sharing[r] = sharing.get(r, 0) + 1
-        rate = [1.0 if comm_rank[i] is None else 1.0 / sharing[comm_rank[i]] for i in active]
-        step = min(remaining[i] / r for i, r in zip(active, rate))
+        # a transfer progresses at 1/k of its rate while k transfers of its rank run; compute at full rate
+        rate = [1.0 / sharing[comm_rank[i]] if comm_rank[i] >= 0 else 1.0 for i in active]
+        step = min([remaining[i] / r for i, r in zip(active, rate)])
         now += step
         still = []
         for i, r in zip(active, rate):
-            remaining[i] -= step * r
-            if remaining[i] <= 1e-15:
+            left = remaining[i] - step * r
+            if left <= 1e-15:
                 end[i] = now
                 done += 1
+                sharing[comm_rank[i]] -= 1
                 for j in succs[i]:
                     waiting[j] -= 1
                     if waiting[j] == 0:
                         ready.append(j)
             else:
+                remaining[i] = left
                 still.append(i)
         active = still
-    return np.array(start), np.array(end)
+    return start, end
 
 
-def _replay_memory(g: ExecGraph, start: np.ndarray) -> list[float]:
+def _replay_memory(g: ExecGraph, start: list[float]) -> list[float]:
     by_rank: list[list[int]] = [[] for _ in range(g.num_ranks)]
     for i, node in enumerate(g.nodes):
         by_rank[node.rank].append(i)

@@ -1,0 +1,55 @@
+"""Plans with many micro-batches: simulate two short runs of the schedule and extrapolate.
+
+A graph has nodes per stage, micro-batch and phase, so a plan with 64
+micro-batches compiles to thousands of nodes, and both the simulator and the
+GNN pay for every one. But the micro-batches of a schedule are identical: past
+the warm-up, each extra micro-batch adds the same steady-state period to the
+iteration, and the same activations (GPipe) or none (1F1B, accumulation) to
+the peak. So the simulator's outputs are affine in the micro-batch count, and
+two short runs, of pp and 2 * pp micro-batches (2 * pp and 3 * pp when
+interleaved: multiples of pp, as that schedule requires), give the whole line. tests/unit check that the
+extrapolation matches simulating every micro-batch.
+
+The GNN sees the shorter graph: one full pipeline fill and drain, which holds
+the schedule's structure; the plan's true micro-batch count and the
+extrapolated simulator outputs reach it as graph-level features. Fewer nodes
+is what makes batched inference fast: the forward pass costs per node.
+"""
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from collect.schema import Cluster, Plan, Workload
+from gnn.graph import ExecGraph, build_graph
+from gnn.hardware_model import HardwareModel
+from gnn.simulate import SimResult, simulate
+
+SCALARS = [f.name for f in fields(SimResult) if f.type == "float"]
+
+
+def sampled_counts(plan: Plan) -> tuple[int, int] | None:
+    """The two micro-batch counts to simulate, or None when the plan is short enough to simulate whole."""
+    # Each count must take every rank past its warm-up. pp micro-batches do for accumulation, GPipe and 1F1B;
+    # interleaving warms up with up to (v + 1) * pp chunk passes, so it starts one round of pp later.
+    first = 2 * plan.pp if plan.pp_schedule == "interleaved_1f1b" else plan.pp
+    short, longer = first, first + plan.pp
+    return (short, longer) if plan.num_microbatches > longer else None
+
+
+def simulate_plan(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> tuple[ExecGraph, SimResult]:
+    """The graph the model reads, and the simulator's outputs for the full plan."""
+    counts = sampled_counts(plan)
+    if counts is None:
+        graph = build_graph(w, plan, cluster, hw)
+        return graph, simulate(graph)
+    (k1, k2), n = counts, plan.num_microbatches
+    graphs = [build_graph(w, plan.model_copy(update={"num_microbatches": k}), cluster, hw) for k in counts]
+    short, longer = (simulate(g) for g in graphs)
+    t = (n - k1) / (k2 - k1)
+
+    def line(a: float, b: float) -> float:
+        return a + t * (b - a)
+
+    per_rank = [line(a, b) for a, b in zip(short.peak_mem_per_rank, longer.peak_mem_per_rank)]
+    values = {name: line(getattr(short, name), getattr(longer, name)) for name in SCALARS}
+    return graphs[0], replace(longer, **{**values, "peak_mem_bytes": max(per_rank), "peak_mem_per_rank": per_rank})
