@@ -10,8 +10,8 @@ random-split figures come from the served model's split, all/random, which
 holds out exactly the test rows of cpu/random and a100/random. Two ablations,
 each one member beside gnn_single (the ensemble's first member, the same seed
 and config): gnn_no_physics masks the simulator's and analytical estimates
-out; gnn_analytical_base corrects the fitted analytical time model instead of
-the raw simulator (gnn.physics_base). GNN results are cached per split under build/evaluate/,
+out; gnn_simulator_base corrects the raw simulator's time instead of the
+fitted analytical model (gnn.physics_base), the served model's time base. GNN results are cached per split under build/evaluate/,
 keyed on the data, the code and the config, so an interrupted run resumes.
 
 Records: {predictor, domain, split, target (time | memory | oom | ranking), n,
@@ -61,10 +61,7 @@ SCORING = 2  # bump when calibration or scoring changes: records are then recomp
 
 def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
     """Where the ensemble trained on ``split`` with ``cfg`` is kept (keyed on the data, the graph code and cfg)."""
-    fields = asdict(cfg)
-    if fields["time_base"] == "simulator":  # time_base joined the config later: keep the keys of earlier models
-        del fields["time_base"]
-    key = hashlib.sha256(json.dumps([ds.key, split, fields], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
     return CACHE / f"{name}-{split.replace('/', '-')}-{key}.pt"
 
 
@@ -170,9 +167,9 @@ def main() -> None:
             records += [r for name in REGISTRY for r in evaluate_predictor(name, ds.meta, split, parts)]
     cfg = replace(TrainConfig(), members=args.members, max_epochs=args.max_epochs)
     # ablations are single members beside gnn_single (the ensemble's first member: same seed, config, physics):
-    # without physics inputs, and with the fitted analytical model as the time base instead of the simulator
+    # without physics inputs, and with the raw simulator as the time base instead of the fitted analytical model
     ablations = [("gnn_no_physics", replace(cfg, physics=False, members=1)),
-                 ("gnn_analytical_base", replace(cfg, time_base="analytical", members=1))]
+                 ("gnn_simulator_base", replace(cfg, time_base="simulator", members=1))]
     trained = gnn_splits(splits)
     jobs = [] if args.no_gnn else [("gnn", cfg, split) for split in trained]
     jobs += [] if args.no_gnn else [(name, c, split) for name, c in ablations for split in (trained if args.ablation_splits == ["all"] else args.ablation_splits)]
