@@ -70,11 +70,17 @@ class PlanGNN(nn.Module):
 
     def forward(self, x, edge_index, edge_attr, u, batch) -> torch.Tensor:
         """[n_graphs, 3]: log time, log peak memory, oom logit."""
-        h = self.body(x, edge_index, edge_attr)
+        return self.readout(self.body(x, edge_index, edge_attr), u, batch)
+
+    def readout(self, h, u, batch) -> torch.Tensor:
+        """Pool node states per graph, join the graph features, and apply the heads and the physics base."""
         pooled = torch.cat([global_add_pool(h, batch), global_mean_pool(h, batch), self.global_norm(u)], dim=1)
-        out = self.head(pooled)
-        if self.sim_index is not None:
-            base = getattr(self, "time_base", None)  # absent in models saved before the analytical base existed
-            time = base(u) if base is not None else u[:, self.sim_index[0]]
-            out = out + torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)
-        return out
+        return self.head(pooled) + self.physics_offset(u)
+
+    def physics_offset(self, u) -> torch.Tensor:
+        """[n_graphs, 3] added to the heads: the log time and log memory the network corrects (0 without physics)."""
+        if self.sim_index is None:
+            return torch.zeros(u.shape[0], 3, dtype=u.dtype, device=u.device)
+        base = getattr(self, "time_base", None)  # absent in models saved before the analytical base existed
+        time = base(u) if base is not None else u[:, self.sim_index[0]]
+        return torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)

@@ -15,6 +15,7 @@ import atexit
 import multiprocessing
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -23,19 +24,21 @@ import pandas as pd
 import torch
 
 from collect.schema import RunSpec
-from gnn.dataset import featurize_spec
+from gnn.dataset import featurize_arrays, to_data
 from gnn.ensemble import Ensemble
 from gnn.hardware_model import hardware_model
 from gnn.rows import row_to_spec
 
 KNOWN = {"vocab_known": True, "dtype_known": True, "sharding_known": True}
 PARALLEL_FROM = 512  # below this many plans a process pool costs more than it saves
+CHUNK = 64  # plans per unit of work: workers featurise chunks while the caller runs the model on earlier ones
 
 
 def _featurize_chunk(args):
+    """(arrays, flat features) per spec: numpy only, cheap to send back from a worker."""
     specs, flags, hardware, hardware_dir = args
     hw = hardware_model(hardware, hardware_dir)
-    return [featurize_spec(spec, hw, f) for spec, f in zip(specs, flags)]
+    return [featurize_arrays(spec, hw, f) for spec, f in zip(specs, flags)]
 
 
 class Predictor:
@@ -69,37 +72,45 @@ class Predictor:
     def featurize(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
                   workers: int | None = None):
         """(graph, flat features) per spec. ``flags`` mark assumed fields (rows.py); user plans state everything."""
+        return [item for chunk in self._featurized_chunks(specs, hardware, flags, workers) for item in chunk]
+
+    def _featurized_chunks(self, specs, hardware, flags, workers) -> Iterator[list]:
+        """Featurised plans in order, a chunk at a time, so the caller's forward pass overlaps the workers'
+        featurisation of the chunks after it."""
         flags = flags or [KNOWN] * len(specs)
         if workers is None:
             workers = min(os.cpu_count() or 1, 8) if len(specs) >= PARALLEL_FROM else 1
-        if workers <= 1:
-            return _featurize_chunk((specs, flags, hardware, self.hardware_dir))
-        chunks = [(specs[i::workers], flags[i::workers], hardware, self.hardware_dir) for i in range(workers)]
-        parts = list(self._workers_pool(workers).map(_featurize_chunk, chunks))
-        out = [None] * len(specs)
-        for i, part in enumerate(parts):
-            out[i::workers] = part
-        return out
+        bounds = range(0, len(specs), CHUNK)
+        chunks = [(specs[i:i + CHUNK], flags[i:i + CHUNK], hardware, self.hardware_dir) for i in bounds]
+        featurized = map(_featurize_chunk, chunks) if workers <= 1 else self._workers_pool(workers).map(_featurize_chunk, chunks)
+        for part in featurized:
+            yield [(to_data(arrays), flat) for arrays, flat in part]
 
     def predict(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
                 workers: int | None = None) -> pd.DataFrame:
         """One row per spec, in order: point predictions, 80% intervals, fits, and the simulator's breakdown."""
-        featurized = self.featurize(specs, hardware, flags, workers)
-        graphs = [data for data, _ in featurized]
-        with torch.no_grad():
-            pred = pd.DataFrame(self.ensemble.predict(graphs))
+        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers))
+
+    def predict_columns(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
+                        workers: int | None = None) -> dict[str, np.ndarray]:
+        """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
+        featurized, parts = [], []
+        for chunk in self._featurized_chunks(specs, hardware, flags, workers):
+            parts.append(self.ensemble.predict([data for data, _ in chunk]))
+            featurized += chunk
+        out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else self.ensemble.predict([])
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
-        pred["memory_bytes"] = capacity
-        pred["fits"] = pred["peak_mem_bytes"] <= capacity
-        flat = pd.DataFrame([f for _, f in featurized])
-        if len(flat):
-            # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
-            total = flat["sim_time_s"].to_numpy()
-            pred["compute_frac"] = np.minimum(flat["sim_compute_s"].to_numpy() / total, 1.0)
-            pred["bubble_frac"] = flat["sim_bubble_s"].to_numpy() / total
-            pred["exposed_frac"] = flat["sim_exposed_s"].to_numpy() / total
-            pred["comm_s_at_full_bandwidth"] = flat["sim_comm_s"].to_numpy()
-        return pred
+        out["memory_bytes"] = capacity
+        out["fits"] = out["peak_mem_bytes"] <= capacity
+        sim = {k: np.array([flat[k] for _, flat in featurized], dtype=float)
+               for k in ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")}
+        # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
+        total = sim["sim_time_s"]
+        out["compute_frac"] = np.minimum(sim["sim_compute_s"] / total, 1.0)
+        out["bubble_frac"] = sim["sim_bubble_s"] / total
+        out["exposed_frac"] = sim["sim_exposed_s"] / total
+        out["comm_s_at_full_bandwidth"] = sim["sim_comm_s"]
+        return out
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Predictions for rows in the data/runs format (each row names its hardware)."""

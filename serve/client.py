@@ -7,9 +7,13 @@
 """
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import threading
+import urllib.parse
+
+# a kept-alive connection the server closed while idle: send the request again on a fresh one
+STALE = (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError)
 
 
 class PlansightError(RuntimeError):
@@ -19,22 +23,55 @@ class PlansightError(RuntimeError):
 
 
 class Client:
+    """Keeps one HTTP/1.1 connection per thread alive: a new TCP connection per request costs ~1 ms on loopback,
+    a tenth of a single prediction."""
+
     def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 60.0):
         self.base_url, self.timeout = base_url.rstrip("/"), timeout
+        url = urllib.parse.urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"base_url {base_url!r}: expected http://host[:port] or https://host[:port]")
+        self._url, self._local = url, threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            kind = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
+            conn = self._local.conn = kind(self._url.hostname, self._url.port, timeout=self.timeout)
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn, self._local.conn = getattr(self._local, "conn", None), None
+        if conn is not None:
+            conn.close()
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in (1, 2):
+            reused = getattr(self._local, "conn", None) is not None
             try:
-                detail = json.loads(e.read()).get("detail")
-            except ValueError:
-                detail = e.reason
-            raise PlansightError(e.code, detail) from None
+                conn = self._connection()
+                conn.request(method, self._url.path + path, body=data, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+                break
+            except STALE:
+                self._drop_connection()
+                if not reused or attempt == 2:
+                    raise
+            except BaseException:
+                self._drop_connection()  # a half-read response would poison the next request
+                raise
+        if resp.will_close:
+            self._drop_connection()
+        if resp.status >= 400:
+            try:
+                detail = json.loads(payload).get("detail")
+            except (ValueError, AttributeError):
+                detail = resp.reason
+            raise PlansightError(resp.status, detail)
+        return json.loads(payload)
 
     def health(self) -> dict:
         return self._call("GET", "/health")

@@ -52,8 +52,9 @@ def _registry_info(uri: str) -> dict:
 
 
 def predict(predictor: Predictor, request: PredictRequest) -> PredictResponse:
-    frame = predictor.predict(request.specs(), request.cluster.hardware_name())
-    return PredictResponse(model=model_summary(predictor), predictions=[to_prediction(r) for r in frame.to_dict("records")])
+    columns = predictor.predict_columns(request.specs(), request.cluster.hardware_name())
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    return PredictResponse(model=model_summary(predictor), predictions=[to_prediction(r) for r in rows])
 
 
 def to_prediction(row: dict) -> PlanPrediction:

@@ -1,0 +1,48 @@
+"""The fused ensemble forward equals running the members one by one."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch_geometric.data import Batch
+
+from gnn.fused import forward_members, fusable
+from gnn.train import TrainConfig, build_module
+
+
+def members(dataset, **config) -> nn.ModuleList:
+    cfg = TrainConfig(hidden=16, num_layers=2, **config)
+    train_idx = np.arange(0, len(dataset), 3)
+    out = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        out.append(build_module(dataset, cfg, train_idx).eval())
+    return nn.ModuleList(out)
+
+
+def one_by_one(ms, batch) -> torch.Tensor:
+    return torch.stack([m(batch) for m in ms])
+
+
+@pytest.mark.parametrize("config", [{}, {"physics": False}, {"time_base": "simulator"}], ids=["analytical", "no_physics", "simulator"])
+def test_fused_forward_matches_the_members(vtrain_dataset, config):
+    ms = members(vtrain_dataset, **config)
+    assert fusable(ms)
+    with torch.inference_mode():
+        for graphs in ([vtrain_dataset[0]], [vtrain_dataset[i] for i in range(0, 200, 5)]):
+            batch = Batch.from_data_list(graphs)
+            torch.testing.assert_close(forward_members(ms, batch), one_by_one(ms, batch), rtol=1e-5, atol=1e-5)
+
+
+def test_a_changed_weight_is_picked_up_and_training_mode_is_not_fused(vtrain_dataset):
+    ms = members(vtrain_dataset)
+    batch = Batch.from_data_list([vtrain_dataset[i] for i in range(8)])
+    with torch.inference_mode():
+        before = forward_members(ms, batch)
+    with torch.no_grad():
+        ms[1].model.convs[0].nn.lins[0].weight.mul_(2.0)  # in place: the cached stack must notice
+    with torch.inference_mode():
+        after = forward_members(ms, batch)
+        torch.testing.assert_close(after, one_by_one(ms, batch), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(before[1], after[1]) and torch.equal(before[0], after[0])
+    ms[0].train()
+    assert not fusable(ms)
