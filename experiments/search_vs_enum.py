@@ -39,7 +39,8 @@ def compare(predictor, name: str, request: SearchRequest, space: Space, seeds: i
     optimum = float(pred.loc[pred["fits"], "iter_time_s"].min())
     reached = []
     for seed in range(seeds):
-        r = request.model_copy(update={"trials": max_trials, "seed": seed})
+        # force Optuna: with "auto" a space within the budget is enumerated, which is what this measures against
+        r = request.model_copy(update={"trials": max_trials, "seed": seed, "sampler": "optuna"})
         study = run_search(predictor, r, storage=None, name=f"{name}-{seed}", space=space)
         reached.append(trials_to_reach(study, optimum))
     hit = [n for n in reached if n is not None]

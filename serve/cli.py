@@ -57,7 +57,7 @@ def print_table(response) -> None:
         rows.append([i, plan_label(r.plan, r.micro_batch_size), f"{p.iter_time_s * 1e3:.1f}",
                      f"{lo * 1e3:.1f}-{hi * 1e3:.1f}", f"{p.peak_mem_bytes / 2**30:.2f}", "yes" if p.fits else "no",
                      f"{p.breakdown['compute']:.0%}/{p.breakdown['communication_exposed']:.0%}/{p.breakdown['bubble']:.0%}"])
-    print(f"{response.objective} search: {response.trials} trials ({response.feasible_trials} feasible) "
+    print(f"{response.objective} search ({response.sampler}): {response.trials} trials ({response.feasible_trials} feasible) "
           f"over a space of {response.space_size} plans; model {response.model.get('uri', response.model.get('run_id'))}")
     print(tabulate(rows, headers=["#", "plan", "time ms", "80% interval", "peak GiB", "fits", "compute/comm/bubble"]))
     if response.pareto:

@@ -127,6 +127,9 @@ class SearchRequest(_Request):
     top_k: int = Field(default=5, ge=1, le=100)
     seed: int = 0
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
+    """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
+    else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""
 
     @model_validator(mode="after")
     def _check(self) -> "SearchRequest":
@@ -143,6 +146,8 @@ class SearchResult(BaseModel):
 class SearchResponse(BaseModel):
     model: dict
     objective: str
+    sampler: str = "optuna"
+    """How the plans were chosen: exhaustive (every plan of the space) or optuna."""
     trials: int
     feasible_trials: int
     space_size: int

