@@ -44,12 +44,37 @@ def champion_metric(metric: str) -> float | None:
     return client.get_run(version.run_id).data.metrics.get(metric)
 
 
-def register_if_better(model_uri: str, metric: str, value: float, allow_equal: bool = False) -> bool:
+def champion_selection_now(ds, parts: dict, split: str) -> float | None:
+    """The champion's validation selection metric under the current data and graph code.
+
+    The recorded metric holds only while the features are computed as they were when the champion was
+    trained (``feature_version``, the dataset's cache key over data and graph code). After a change to the
+    graph code the champion is scored again on the same validation rows, so the comparison is like for like.
+    """
+    client = mlflow.MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        return None
+    run = client.get_run(version.run_id)
+    if run.data.params.get("feature_version") == ds.key:
+        return run.data.metrics.get("val_selection")
+    champion = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{CHAMPION}").unwrap_python_model().predictor
+    records, _ = ensemble_records(champion.ensemble, ds, parts, split, which=("val",))
+    value = selection_value(records)
+    print(f"champion (version {version.version}) re-scored under the current features: {value:.4f} "
+          f"(recorded {run.data.metrics.get('val_selection', float('nan')):.4f})")
+    return value
+
+
+def register_if_better(model_uri: str, metric: str, value: float, allow_equal: bool = False,
+                       current: float | None = None) -> bool:
     """Register the model and make it champion only if it beats the current one (lower is better).
 
     ``allow_equal``: a re-calibrated copy of the champion (same predictions, new intervals) may replace it.
+    ``current``: the champion's value if already known (re-scored), else its recorded ``metric``.
     """
-    current = champion_metric(metric)
+    current = champion_metric(metric) if current is None else current
     if current is not None and (value > current or (value == current and not allow_equal)):
         return False
     version = mlflow.register_model(model_uri, MODEL_NAME)
@@ -117,7 +142,7 @@ def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_sec
     records, frames = ensemble_records(ensemble, ds, parts, split)
     value = selection_value(records)
     with mlflow.start_run(run_name=f"gnn {split}") as run, tempfile.TemporaryDirectory() as tmp:
-        mlflow.log_params({**params, "split": split, "dataset_version": dataset_version(ds.runs),
+        mlflow.log_params({**params, "split": split, "dataset_version": dataset_version(ds.runs), "feature_version": ds.key,
                            **{f"n_{k}": len(v) for k, v in parts.items()}})
         mlflow.log_metrics({**_metrics(records), "val_selection": value, "train_seconds": train_seconds,
                             **{f"k_{d}_{t}": float(ensemble.k[i, j]) for i, d in enumerate(("cpu", "cuda"))
@@ -134,7 +159,8 @@ def log_surrogate(ensemble, ds, parts: dict, split: str, params: dict, train_sec
         predictor = Predictor(ensemble, ds.hardware_dir, {"run_id": run.info.run_id, "split": split,
                                                            "val_selection": value})
         info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
-        registered = register and register_if_better(info.model_uri, "val_selection", value, allow_equal=recalibrated)
+        registered = register and register_if_better(info.model_uri, "val_selection", value, allow_equal=recalibrated,
+                                                     current=champion_selection_now(ds, parts, split))
     test_time = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "time"}
     test_mem = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "memory"}
     return (f"{split}: validation selection metric {value:.4f}; test time MAPE "

@@ -58,6 +58,19 @@ def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts
                                   fresh["iter_time_s"])
 
 
+def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_parts, ensemble, tracking, monkeypatch,
+                                                         capsys):
+    from gnn.tracking import champion_selection_now, log_surrogate
+
+    log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
+    recorded = champion_selection_now(vtrain_dataset, small_parts, "a100/random")  # same features: the record
+    assert "re-scored" not in capsys.readouterr().out
+    monkeypatch.setattr(vtrain_dataset, "key", "graph-code-changed")
+    rescored = champion_selection_now(vtrain_dataset, small_parts, "a100/random")  # scored again on validation
+    assert "re-scored under the current features" in capsys.readouterr().out
+    assert recorded is not None and rescored == pytest.approx(recorded, rel=1e-6)  # features unchanged in fact
+
+
 def test_champion_is_replaced_only_by_a_better_model(tracking):
     from gnn.tracking import CHAMPION, MODEL_NAME, register_if_better
 
