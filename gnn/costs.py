@@ -64,13 +64,30 @@ def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers_
     return params
 
 
+def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
+    """Elements of the largest parameter tensor a rank holds for ``stages``: an MLP weight (4d x d), or the token
+    embedding or output projection (vocab x d) on the first and last stages. Sharded by tp, and by dp under FSDP."""
+    d = w.hidden
+    sizes = [4 * d * d / plan.tp]
+    if 0 in stages or plan.num_stages - 1 in stages:
+        sizes.append(w.vocab * d / plan.tp)
+    return max(sizes) / (plan.dp if plan.sharding.startswith("fsdp") else 1)
+
+
 def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
-    """Resident parameter, gradient and optimizer bytes on one rank for ``params`` parameters."""
+    """Resident parameter, gradient, optimizer and gradient-bucket bytes on one rank for ``params`` parameters.
+
+    DDP (sharding none and zero1 with dp > 1) flattens gradients into its reducer's buckets, allocated when it
+    wraps the model: one more copy of the gradients for the whole run (measured on gloo ranks: 13.7 MB of
+    buckets for 13.7 MB of fp32 parameters).
+    """
     db = dtype_bytes(w)
-    shard = plan.dp if plan.sharding.startswith("fsdp") else 1
+    fsdp = plan.sharding.startswith("fsdp")
+    shard = plan.dp if fsdp else 1
     opt_shard = plan.dp if plan.sharding != "none" else 1
+    ddp = plan.dp > 1 and not fsdp
     return {"param": params * db / shard, "grad": params * db / shard,
-            "optimizer": params * ADAM_STATE_BYTES / opt_shard}
+            "optimizer": params * ADAM_STATE_BYTES / opt_shard, "ddp_buckets": params * db if ddp else 0.0}
 
 
 def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
-from gnn.costs import BlockCosts, block_costs, dtype_bytes, saved_bytes_per_layer, stage_params, state_bytes
+from gnn.costs import (BlockCosts, block_costs, dtype_bytes, largest_param, saved_bytes_per_layer, stage_params,
+                       state_bytes)
 from gnn.hardware_model import HardwareModel
 from gnn.schedule import rank_orders
 
@@ -90,7 +91,7 @@ class _Builder:
 
     def add(self, node: Node, deps=()) -> int:
         node.est_time = self._estimate(node)
-        if node.phase == "forward" and node.alloc_bytes:
+        if node.phase == "forward" and node.alloc_bytes and node.kind != "fsdp_allgather":
             key = (node.stage, node.microbatch)
             self.saved_bytes[key] = self.saved_bytes.get(key, 0.0) + node.alloc_bytes
         idx = len(self.nodes)
@@ -124,9 +125,17 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) ->
     for rank, order in enumerate(orders):
         _step(b, rank, order)
     # a rank holds stages rank, rank + pp, ... (several under interleaving)
-    static = [sum(sum(state_bytes(w, plan, stage_params(w, plan, b.c, s, b.layers_per_stage)).values())
-                  for s in range(rank, plan.num_stages, plan.pp)) for rank in range(plan.pp)]
+    # resident from the start: parameters, optimizer state, DDP's buckets. Gradients are not: the first backward
+    # of each stage allocates them (see _backward), after FSDP has resharded what it gathered.
+    static = [sum(sum(v for k, v in state_bytes(w, plan, stage_params(w, plan, b.c, s, b.layers_per_stage)).items()
+                      if k != "grad") + _fsdp_held_bytes(b, s) for s in range(rank, plan.num_stages, plan.pp))
+              for rank in range(plan.pp)]
     return ExecGraph(b.nodes, b.edges, static, plan, w, {"hardware": hw.id})
+
+
+def _fsdp_held_bytes(b: _Builder, stage: int) -> float:
+    """FSDP2 over dp > 1 keeps the last reduce-scatter's buffers, about one unit, from one iteration into the next."""
+    return _fsdp_unit_bytes(b, stage) if b.plan.sharding.startswith("fsdp") and b.plan.dp > 1 else 0.0
 
 
 def _global_order(orders):
@@ -159,7 +168,11 @@ def _forward(b: _Builder, rank: int, stage: int, mb: int, first: bool) -> None:
     # grad_op keeps parameters gathered across a pipeline's micro-batches; without pp the
     # trainer reshards after each backward, so every micro-batch gathers again.
     if plan.sharding == "fsdp_full" or (plan.sharding == "fsdp_grad_op" and (first or plan.pp == 1)):
-        deps = [b.add(_fsdp_gather(b, rank, stage, mb, "forward"), deps)]
+        gather = _fsdp_gather(b, rank, stage, mb, "forward")
+        deps = [b.add(gather, deps)]
+        if plan.sharding == "fsdp_grad_op":  # kept gathered until the backward that reshards: see _fsdp_gather
+            last = mb if plan.pp == 1 else plan.num_microbatches - 1
+            b.saved_bytes[(stage, last)] = b.saved_bytes.get((stage, last), 0.0) + gather.alloc_bytes
     if stage == 0:
         deps = [b.add(Node("embed", "forward", rank, stage, mb, flops=0.0, alloc_bytes=c.boundary_bytes), deps)]
     saved = saved_bytes_per_layer(c, plan)
@@ -181,8 +194,14 @@ def _backward(b: _Builder, rank: int, stage: int, mb: int, first: bool) -> None:
     plan, c, L = b.plan, b.c, b.layers_per_stage
     last_stage = stage == plan.num_stages - 1
     deps = [b.pass_end[("F", stage, mb)], None if last_stage else b.pass_end.get(("B", stage + 1, mb))]
+    params = stage_params(b.w, plan, c, stage, L)
+    grads = state_bytes(b.w, plan, params)["grad"] if mb == 0 else 0.0  # accumulated in place after the first
     if plan.sharding == "fsdp_full":
-        deps = [b.add(_fsdp_gather(b, rank, stage, mb, "backward"), deps)]
+        gather = _fsdp_gather(b, rank, stage, mb, "backward")
+        # FSDP2 writes each unit's gradient shards as its backward ends, while it gathers the next units: the
+        # peak comes late in the backward, with most shards written. Charged here, where the gathers start.
+        gather.alloc_bytes, grads = grads, 0.0
+        deps = [b.add(gather, deps)]
     if plan.recompute != "none":
         share = 1.0 if plan.recompute == "full" else 0.1  # selective recomputes only cheap pointwise ops
         deps = [b.add(Node("attn", "recompute", rank, stage, mb, count=L, flops=share * L * (c.attn_flops + c.mlp_flops),
@@ -196,22 +215,41 @@ def _backward(b: _Builder, rank: int, stage: int, mb: int, first: bool) -> None:
         deps = [b.add(Node(kind, "backward", rank, stage, mb, count=L, flops=2 * L * flops), deps)]
     if stage == 0:
         deps = [b.add(Node("embed", "backward", rank, stage, mb), deps)]
-    b.nodes[deps[0]].free_bytes = b.saved_bytes.get((stage, mb), 0.0)
+    end = b.nodes[deps[0]]
+    end.free_bytes = b.saved_bytes.get((stage, mb), 0.0)
     if plan.sharding.startswith("fsdp") and plan.dp > 1:
-        params = stage_params(b.w, plan, c, stage, L)
+        # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
         b.add(Node("fsdp_reducescatter", "backward", rank, stage, mb, message_bytes=params * dtype_bytes(b.w),
-                   group=plan.dp, crosses_node=b.dp_cross), deps)
+                   group=plan.dp, crosses_node=b.dp_cross, transient_bytes=2 * _fsdp_unit_bytes(b, stage),
+                   alloc_bytes=grads), deps)
+    else:
+        end.alloc_bytes += grads
     if stage > 0:
         deps = [b.add(Node("p2p", "backward", rank, stage, mb, message_bytes=c.boundary_bytes, group=2,
                            crosses_node=b.pp_cross), deps)]
     b.pass_end[("B", stage, mb)] = deps[0]
 
 
+def _fsdp_unit_bytes(b: _Builder, stage: int) -> float:
+    """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
+    return stage_params(b.w, b.plan, b.c, stage, b.layers_per_stage) * dtype_bytes(b.w) / max(b.layers_per_stage, 1)
+
+
 def _fsdp_gather(b: _Builder, rank: int, stage: int, mb: int, phase: str) -> Node:
-    params = stage_params(b.w, b.plan, b.c, stage, b.layers_per_stage)
-    full = params * dtype_bytes(b.w)
+    """FSDP2's all-gather of a stage's blocks, one unit at a time (measured on gloo ranks, torch 2.13).
+
+    fsdp_full frees each unit after its forward; its backward gathers the next unit while the current one
+    runs (backward prefetch), so two units are live. fsdp_grad_op keeps every unit gathered from its forward
+    to its backward: the whole stage, allocated here and freed by the backward that reshards (the builder
+    records when).
+    """
+    full = stage_params(b.w, b.plan, b.c, stage, b.layers_per_stage) * dtype_bytes(b.w)
+    unit = _fsdp_unit_bytes(b, stage)
+    keep = b.plan.sharding == "fsdp_grad_op" and phase == "forward"
+    prefetch = 2 if phase == "backward" and b.plan.dp > 1 else 1
     return Node("fsdp_allgather", phase, rank, stage, mb, message_bytes=full / b.plan.dp, group=b.plan.dp,
-                crosses_node=b.dp_cross, transient_bytes=full / max(b.layers_per_stage, 1))
+                crosses_node=b.dp_cross, alloc_bytes=full if keep else 0.0,
+                transient_bytes=0.0 if keep else prefetch * unit)
 
 
 def _tp_comm(b: _Builder, rank: int, stage: int, mb: int, phase: str) -> Node:
@@ -230,9 +268,11 @@ def _step(b: _Builder, rank: int, order) -> None:
         deps = [b.add(Node("dp_comm", "backward", rank, stages[0], -1, count=buckets,
                            message_bytes=grad_bytes / buckets, group=plan.dp, crosses_node=b.dp_cross), deps)]
     shard = plan.dp if plan.sharding != "none" else 1
-    # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter
+    # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On CPU
+    # it updates one tensor at a time (no foreach kernels), with two temporaries the size of that tensor: the
+    # largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight).
     step = b.add(Node("optimizer", "step", rank, stages[0], -1, flops=10 * params / shard,
-                      transient_bytes=2 * params * dtype_bytes(w) / shard / max(b.layers_per_stage, 1)), deps)
+                      transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w)), deps)
     if plan.sharding == "zero1" and plan.dp > 1:
         b.add(Node("zero_allgather", "step", rank, stages[0], -1, message_bytes=params * dtype_bytes(w) / plan.dp,
                    group=plan.dp, crosses_node=b.dp_cross), [step])

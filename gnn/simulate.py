@@ -15,8 +15,9 @@ rate, so the simulation is event-driven. Bubbles come from the schedule's order.
 
 Memory: per rank, resident state (parameters, gradients, optimizer) plus a
 replay of each node's allocations in start-time order: a forward keeps its
-saved activations until the matching backward frees them, and transients live
-only while their node runs.
+saved activations until the matching backward frees them, a stage's first
+backward allocates its gradients, and transients live only while their node
+runs.
 """
 from __future__ import annotations
 
@@ -144,7 +145,9 @@ def _replay_memory(g: ExecGraph, start: list[float]) -> list[float]:
         live = peak = 0.0
         for i in idx:
             node = g.nodes[i]
-            peak = max(peak, live + node.alloc_bytes + node.transient_bytes)
+            # a node that frees while it allocates does both layer by layer (a backward releases each layer's
+            # activations, or FSDP's gathered parameters, as it writes that layer's gradients): the net change
+            peak = max(peak, live + max(node.alloc_bytes - node.free_bytes, 0.0) + node.transient_bytes)
             live += node.alloc_bytes - node.free_bytes
         peaks.append(g.static_bytes[rank] + peak)
     return peaks

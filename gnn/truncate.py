@@ -6,11 +6,11 @@ GNN pay for every one. But the micro-batches of a schedule are identical: past
 the warm-up, each extra micro-batch adds the same steady-state period to the
 iteration, and the same activations (GPipe) or none (1F1B, accumulation) to
 the peak. So the simulator's outputs are affine in the micro-batch count, and
-two short runs, of pp and 2 * pp micro-batches (2 * pp and 3 * pp when
+two short runs, of pp + 1 and 2 * pp + 1 micro-batches (3 * pp and 4 * pp when
 interleaved: multiples of pp, as that schedule requires), give the whole line. tests/unit check that the
 extrapolation matches simulating every micro-batch.
 
-The GNN sees the shorter graph: one full pipeline fill and drain, which holds
+The GNN sees the shorter graph: a full pipeline fill and drain, which holds
 the schedule's structure; the plan's true micro-batch count and the
 extrapolated simulator outputs reach it as graph-level features. Fewer nodes
 is what makes batched inference fast: the forward pass costs per node.
@@ -30,8 +30,10 @@ SCALARS = [f.name for f in fields(SimResult) if f.type == "float"]
 def sampled_counts(plan: Plan) -> tuple[int, int] | None:
     """The two micro-batch counts to simulate, or None when the plan is short enough to simulate whole."""
     # Each count must take every rank past its warm-up. pp micro-batches do for accumulation, GPipe and 1F1B;
-    # interleaving warms up with up to (v + 1) * pp chunk passes, so it starts one round of pp later.
-    first = 2 * plan.pp if plan.pp_schedule == "interleaved_1f1b" else plan.pp
+    # interleaving warms up with up to (v + 1) * pp chunk passes, so it starts one round of pp later. And one
+    # micro-batch more: the first backward is unlike the rest, it allocates the gradients. Interleaving needs
+    # multiples of pp, so there the extra is a round of pp.
+    first = 3 * plan.pp if plan.pp_schedule == "interleaved_1f1b" else plan.pp + 1
     short, longer = first, first + plan.pp
     return (short, longer) if plan.num_microbatches > longer else None
 

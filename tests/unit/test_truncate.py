@@ -1,4 +1,4 @@
-"""Simulating pp and 2 * pp micro-batches and extrapolating must match simulating them all."""
+"""Simulating two short runs (pp + 1 and 2 * pp + 1 micro-batches) and extrapolating must match simulating them all."""
 import pytest
 
 from collect.schema import RunSpec
@@ -13,7 +13,7 @@ PLANS = [
     dict(dp=4, tp=2, sharding="fsdp_grad_op", recompute="full", num_microbatches=16),
     dict(dp=4, pp=2, pp_schedule="gpipe", sharding="zero1", num_microbatches=16),
     dict(dp=2, pp=4, pp_schedule="1f1b", recompute="selective", num_microbatches=16),
-    dict(pp=4, tp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=16),
+    dict(pp=4, tp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=24),
     dict(dp=2, pp=2, tp=2, pp_schedule="1f1b", sharding="fsdp_full", sequence_parallel=True, num_microbatches=8),
 ]
 
