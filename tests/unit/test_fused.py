@@ -46,3 +46,16 @@ def test_a_changed_weight_is_picked_up_and_training_mode_is_not_fused(vtrain_dat
     assert not torch.allclose(before[1], after[1]) and torch.equal(before[0], after[0])
     ms[0].train()
     assert not fusable(ms)
+
+
+def test_typed_aggregation_equals_the_edge_by_edge_sum(vtrain_dataset):
+    from gnn.fused import _edge_aggregation, _typed_aggregation
+
+    batch = Batch.from_data_list([vtrain_dataset[i] for i in range(0, 60, 3)])
+    torch.manual_seed(0)
+    h, w_edge, b_edge = torch.randn(3, batch.num_nodes, 8), torch.randn(3, batch.edge_attr.shape[1] + 1, 8), torch.randn(3, 1, 8)
+    typed = _typed_aggregation(batch)
+    assert typed is not None
+    torch.testing.assert_close(typed(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5)
+    batch.edge_attr = batch.edge_attr * 0.5  # not one-hot: only the edge-by-edge sum applies
+    assert _typed_aggregation(batch) is None
