@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnn.graph import ExecGraph
+from gnn.simkernel import event_schedule, replay_peaks
 
 NUM_STREAMS = 3
 
@@ -44,16 +45,17 @@ class SimResult:
 
 
 def simulate(g: ExecGraph) -> SimResult:
-    start, end = _schedule(g)
+    start_array, end_array = _schedule(g)
+    start, end = start_array.tolist(), end_array.tolist()  # _split_idle walks them one by one
     total = max(end, default=0.0)
     busy = [[0.0] * NUM_STREAMS for _ in range(g.num_ranks)]
     for node in g.nodes:
         busy[node.rank][node.stream] += node.est_time
     critical = max(range(g.num_ranks), key=lambda r: busy[r][0])  # the first of equally busy ranks
     exposed, bubble = _split_idle(g, start, end, critical, total)
-    peaks = _replay_memory(g, start)
+    peaks = _replay_memory(g, start_array)
     return SimResult(total, max(peaks), peaks, busy[critical][0], sum(busy[critical][1:]), exposed, bubble,
-                     np.array(start), np.array(end))
+                     start_array, end_array)
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -91,63 +93,22 @@ def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> fl
     return total
 
 
-def _schedule(g: ExecGraph) -> tuple[list[float], list[float]]:
-    """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth."""
+def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth (gnn.simkernel)."""
     n = len(g.nodes)
-    # plain lists, not arrays: this loop touches one element at a time, where numpy scalars cost ~10x more
-    start, end = [0.0] * n, [0.0] * n
-    succs: list[list[int]] = [[] for _ in range(n)]
-    waiting = [0] * n
-    for src, dst, _ in g.edges:
-        succs[src].append(dst)
-        waiting[dst] += 1
-    remaining = [node.est_time for node in g.nodes]
-    comm_rank = [node.rank if node.stream else -1 for node in g.nodes]  # -1: a compute node
-    sharing = [0] * (g.num_ranks + 1)  # transfers running per rank (the last slot counts compute, unused)
-    now, done = 0.0, 0
-    active: list[int] = []
-    ready = [i for i in range(n) if waiting[i] == 0]
-    while done < n:
-        for i in ready:
-            start[i] = now
-            sharing[comm_rank[i]] += 1
-        active.extend(ready)
-        ready = []
-        # a transfer progresses at 1/k of its rate while k transfers of its rank run; compute at full rate
-        rate = [1.0 / sharing[comm_rank[i]] if comm_rank[i] >= 0 else 1.0 for i in active]
-        step = min([remaining[i] / r for i, r in zip(active, rate)])
-        now += step
-        still = []
-        for i, r in zip(active, rate):
-            left = remaining[i] - step * r
-            if left <= 1e-15:
-                end[i] = now
-                done += 1
-                sharing[comm_rank[i]] -= 1
-                for j in succs[i]:
-                    waiting[j] -= 1
-                    if waiting[j] == 0:
-                        ready.append(j)
-            else:
-                remaining[i] = left
-                still.append(i)
-        active = still
-    return start, end
+    edges = np.array([(s, d) for s, d, _ in g.edges], dtype=np.int64).reshape(-1, 2)
+    order = np.argsort(edges[:, 0], kind="stable")  # successors grouped by source, in edge order
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(edges[:, 0], minlength=n), out=indptr[1:])
+    waiting = np.bincount(edges[:, 1], minlength=n).astype(np.int64)
+    est = np.array([node.est_time for node in g.nodes], dtype=np.float64)
+    comm_rank = np.array([node.rank if node.stream else -1 for node in g.nodes], dtype=np.int64)
+    return event_schedule(est, comm_rank, indptr, edges[order, 1].copy(), waiting, g.num_ranks)
 
 
-def _replay_memory(g: ExecGraph, start: list[float]) -> list[float]:
-    by_rank: list[list[int]] = [[] for _ in range(g.num_ranks)]
-    for i, node in enumerate(g.nodes):
-        by_rank[node.rank].append(i)
-    peaks = []
-    for rank, idx in enumerate(by_rank):
-        idx.sort(key=lambda i: (start[i], i))
-        live = peak = 0.0
-        for i in idx:
-            node = g.nodes[i]
-            # a node that frees while it allocates does both layer by layer (a backward releases each layer's
-            # activations, or FSDP's gathered parameters, as it writes that layer's gradients): the net change
-            peak = max(peak, live + max(node.alloc_bytes - node.free_bytes, 0.0) + node.transient_bytes)
-            live += node.alloc_bytes - node.free_bytes
-        peaks.append(g.static_bytes[rank] + peak)
-    return peaks
+def _replay_memory(g: ExecGraph, start: np.ndarray) -> list[float]:
+    columns = np.array([(node.rank, node.alloc_bytes, node.free_bytes, node.transient_bytes) for node in g.nodes],
+                       dtype=np.float64).reshape(-1, 4)
+    peaks = replay_peaks(start, columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3],
+                         np.array(g.static_bytes, dtype=np.float64))
+    return peaks.tolist()
