@@ -67,6 +67,21 @@ def test_memory_replay_keeps_activations_until_backward():
     assert r.peak_mem_bytes == pytest.approx(100 + 10 + 10 + 5)
 
 
+def test_a_node_that_frees_while_it_allocates_adds_its_net_change():
+    """A backward writing 30 bytes of gradients while releasing 40 of activations peaks at neither sum."""
+    f = Node("attn", "forward", 0, 0, 0, est_time=1, alloc_bytes=40)
+    b = Node("attn", "backward", 0, 0, 0, est_time=1, alloc_bytes=30, free_bytes=40)
+    step = Node("optimizer", "step", 0, 0, -1, est_time=1, transient_bytes=5)
+    r = simulate(_graph([f, b, step], [(0, 1, "order"), (1, 2, "order")], static=(100.0,)))
+    assert r.peak_mem_bytes == pytest.approx(100 + 40)  # the forward's activations; then 100 + 30 + 5
+
+
+def test_a_cyclic_graph_is_an_error_not_a_hang():
+    a, b = Node("attn", "forward", 0, 0, 0, est_time=1.0), Node("mlp", "forward", 0, 0, 0, est_time=1.0)
+    with pytest.raises(ValueError, match="cycle"):
+        simulate(_graph([a, b], [(0, 1, "data"), (1, 0, "data")]))
+
+
 def test_one_f_one_b_holds_fewer_activations_than_gpipe():
     gpipe, _ = graph(pp=2, pp_schedule="gpipe", num_microbatches=4)
     one_f, _ = graph(pp=2, pp_schedule="1f1b", num_microbatches=4)
