@@ -23,14 +23,21 @@ COVERAGE = 0.8
 # graphs per forward pass: small enough that a layer's node states stay in cache. On the demo's 960 plans
 # (104k nodes), 32 per batch took 1.7 s and 1,024 took 3.0 s.
 INFERENCE_BATCH = 32
+AGGREGATES = ("mean", "median")
 SPREAD_FLOOR = 0.01  # log units: members that agree exactly still leave ~1% of doubt
 
 
 class Ensemble(nn.Module):
-    def __init__(self, members: list[nn.Module], coverage: float = COVERAGE, domain_column: int | None = None):
+    def __init__(self, members: list[nn.Module], coverage: float = COVERAGE, domain_column: int | None = None,
+                 aggregate: str = "mean"):
         super().__init__()
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
         self.members = nn.ModuleList(members)
         self.coverage = coverage
+        # the point prediction from the members' log outputs: their mean, or their median (robust to one member
+        # far off, which happens out of distribution; evaluated beside the mean as gnn_median)
+        self.aggregate = aggregate
         self.domain_column = domain_column  # graph feature that is 1 on CUDA devices (f_cuda)
         self.register_buffer("k", torch.ones(2, 2))  # conformal factor [domain: CPU, CUDA][log time, log memory]
 
@@ -49,9 +56,9 @@ class Ensemble(nn.Module):
             return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int)
         return torch.cat(outs, dim=1).numpy(), torch.cat(domains).numpy()
 
-    @staticmethod
-    def summarize(raw: np.ndarray) -> dict[str, np.ndarray]:
-        mean, spread = raw.mean(0), raw.std(0) + SPREAD_FLOOR
+    def summarize(self, raw: np.ndarray) -> dict[str, np.ndarray]:
+        median = getattr(self, "aggregate", "mean") == "median"  # absent in ensembles saved before it existed
+        mean, spread = (np.median(raw, 0) if median else raw.mean(0)), raw.std(0) + SPREAD_FLOOR
         return {"log_time": mean[:, 0], "log_mem": mean[:, 1], "time_spread": spread[:, 0],
                 "mem_spread": spread[:, 1], "oom_prob": 1 / (1 + np.exp(-np.clip(mean[:, 2], -50, 50)))}
 

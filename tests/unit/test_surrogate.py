@@ -99,3 +99,15 @@ def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ens
     pred = ensemble.predict(vtrain_dataset[torch.as_tensor(small_parts["val"])])
     coverage = interval_coverage(pred["iter_time_lo_s"], pred["iter_time_hi_s"], val["iter_time_s"].to_numpy())
     assert 0.8 <= coverage <= 0.9  # conformal: at least the target on the rows it was fitted on, not far above
+
+
+def test_median_aggregation_takes_the_middle_member():
+    from gnn.ensemble import Ensemble
+
+    raw = np.array([[[0.0, 1.0, 0.0]], [[0.1, 1.2, 0.0]], [[5.0, 9.0, 0.0]]])  # 3 members, 1 plan; one far off
+    mean, median = Ensemble([]).summarize(raw), Ensemble([], aggregate="median").summarize(raw)
+    assert median["log_time"][0] == pytest.approx(0.1) and median["log_mem"][0] == pytest.approx(1.2)
+    assert mean["log_time"][0] == pytest.approx(5.1 / 3)
+    assert median["time_spread"][0] == mean["time_spread"][0]  # the interval's width still comes from the spread
+    with pytest.raises(ValueError, match="aggregate"):
+        Ensemble([], aggregate="mode")
