@@ -132,7 +132,7 @@ def run_search(predictor: Predictor, request: SearchRequest, storage: str | None
                     t.set_user_attr("invalid", "rejected by collect.schema.plan_problems")
                     study.tell(t, state=optuna.trial.TrialState.PRUNED)
             if valid:
-                pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=1)
+                pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=0)
                 for (t, s), row in zip(valid, pred.to_dict("records")):
                     capacity = s.cluster.memory_bytes
                     t.set_user_attr("mem_over_capacity", (row["peak_mem_bytes"] - capacity) / capacity)
@@ -168,7 +168,7 @@ def _results(predictor: Predictor, request: SearchRequest, trials, space: Space,
                 break
     if not specs:
         return []
-    frame = predictor.predict(specs, request.cluster.hardware_name(), workers=1)
+    frame = predictor.predict(specs, request.cluster.hardware_name(), workers=0)
     return [SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, prediction=to_prediction(row))
             for s, row in zip(specs, frame.to_dict("records"))]
 
