@@ -29,7 +29,8 @@ from gnn.rows import load_runs, row_to_spec
 from gnn.truncate import simulate_plan
 
 REPO = Path(__file__).resolve().parents[1]
-CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "features.py", "rows.py", "hardware_model.py", "dataset.py", "truncate.py"]
+CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "simkernel.py", "features.py", "rows.py",
+              "hardware_model.py", "dataset.py", "truncate.py"]
 
 
 def _cache_key(paths: list[Path]) -> str:
