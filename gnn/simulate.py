@@ -13,8 +13,8 @@ are active at the same time on one rank share its link bandwidth, as in
 Proteus's HTAE: each of k concurrent transfers progresses at 1/k of its full
 rate, so the simulation is event-driven. Bubbles come from the schedule's order.
 
-Memory: per rank, resident state (parameters, gradients, optimizer) plus a
-replay of each node's allocations in start-time order: a forward keeps its
+Memory: per rank, resident state (parameters, optimizer, DDP's gradient
+buckets) plus a replay of each node's allocations in start-time order: a forward keeps its
 saved activations until the matching backward frees them, a stage's first
 backward allocates its gradients, and transients live only while their node
 runs.
