@@ -53,9 +53,9 @@ def main() -> None:
     a100 = hardware_model("a100-80gb")
     big = build_graph(large.workload, large.plan, large.cluster, a100)
     result = {
-        "typical_plans": len(inputs), "median_nodes": int(statistics.median(len(g.nodes) for g in graphs)),
+        "typical_plans": len(inputs), "median_nodes": int(statistics.median(g.num_nodes for g in graphs)),
         "graphs_built_per_s": round(len(inputs) / build, 1), "simulations_per_s": round(len(inputs) / sim, 1),
-        "large_plan": {"gpus": large.cluster.world_size, "nodes": len(big.nodes), "edges": len(big.edges),
+        "large_plan": {"gpus": large.cluster.world_size, "nodes": big.num_nodes, "edges": big.edge_index.shape[1],
                        "build_s": round(_median_time(lambda: build_graph(large.workload, large.plan, large.cluster, a100), args.repeats), 4),
                        "simulate_s": round(_median_time(lambda: simulate(big), args.repeats), 4),
                        "simulated_iter_time_s": round(simulate(big).iter_time_s, 3)},

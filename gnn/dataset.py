@@ -29,8 +29,8 @@ from gnn.rows import load_runs, row_to_spec
 from gnn.truncate import simulate_plan
 
 REPO = Path(__file__).resolve().parents[1]
-CODE_FILES = ["graph.py", "costs.py", "schedule.py", "simulate.py", "simkernel.py", "features.py", "rows.py",
-              "hardware_model.py", "dataset.py", "truncate.py"]
+CODE_FILES = ["graph.py", "passes.py", "layout.py", "costs.py", "schedule.py", "simulate.py", "simkernel.py",
+              "features.py", "rows.py", "hardware_model.py", "dataset.py", "truncate.py"]
 
 
 def _cache_key(paths: list[Path]) -> str:
@@ -52,7 +52,7 @@ def featurize_arrays(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[dic
               "u": np.array([list(flat.values())], dtype=np.float32)}
     return arrays, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
                     "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
-                    "sim_exposed_s": sim.exposed_comm_s, "num_nodes": len(graph.nodes)}
+                    "sim_exposed_s": sim.exposed_comm_s, "num_nodes": graph.num_nodes}
 
 
 def to_data(arrays: dict[str, np.ndarray]) -> Data:

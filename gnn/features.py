@@ -13,7 +13,7 @@ import numpy as np
 
 from collect.schema import RunSpec
 from gnn.costs import analytic_peak_bytes, dtype_bytes
-from gnn.graph import EDGE_KINDS, KINDS, PHASES, ExecGraph
+from gnn.graph import COL, COLUMNS, EDGE_KINDS, KINDS, PHASES, ExecGraph
 from gnn.hardware_model import HardwareModel
 from gnn.simulate import SimResult
 
@@ -28,34 +28,29 @@ EDGE_DIM = len(EDGE_KINDS)
 
 
 def node_features(g: ExecGraph) -> np.ndarray:
-    num_stages, nmb = g.plan.num_stages, g.plan.num_microbatches
-    kind_index = {k: i for i, k in enumerate(KINDS)}
-    phase_index = {p: len(KINDS) + i for i, p in enumerate(PHASES)}
-    n = len(g.nodes)
+    t, n = g.table, g.num_nodes
     x = np.zeros((n, NODE_DIM), dtype=np.float32)
     rows = np.arange(n)
-    x[rows, [kind_index[node.kind] for node in g.nodes]] = 1
-    x[rows, [phase_index[node.phase] for node in g.nodes]] = 1
-    raw = np.array([(node.count, node.flops / 1e6, node.message_bytes / 1e3, node.group, node.crosses_node,
-                     node.alloc_bytes / 1e6, node.free_bytes / 1e6, node.transient_bytes / 1e6, node.est_time * 1e6,
-                     node.stage, node.microbatch, node.stream) for node in g.nodes], dtype=np.float64).reshape(n, 12)
-    logged = np.log1p(np.maximum(raw[:, [0, 1, 2, 5, 6, 7, 8]], 0.0))
+    x[rows, t[:, COL["kind"]].astype(np.int64)] = 1
+    x[rows, len(KINDS) + t[:, COL["phase"]].astype(np.int64)] = 1
     base = len(KINDS) + len(PHASES)
-    x[:, base + np.array([0, 1, 2, 5, 6, 7, 8])] = logged
-    x[:, base + 3] = np.log2(raw[:, 3])
-    x[:, base + 4] = raw[:, 4]
-    x[:, base + 9] = raw[:, 9] / num_stages
-    x[:, base + 10] = np.maximum(raw[:, 10], -1) / nmb
-    x[:, base + 11] = raw[:, 11]
+    column = {name: t[:, COL[name]] for name in COLUMNS}
+    for i, value in ((0, column["count"]), (1, column["flops"] / 1e6), (2, column["message_bytes"] / 1e3),
+                     (5, column["alloc_bytes"] / 1e6), (6, column["free_bytes"] / 1e6),
+                     (7, column["transient_bytes"] / 1e6), (8, column["est_time"] * 1e6)):
+        x[:, base + i] = np.log1p(np.maximum(value, 0.0))
+    x[:, base + 3] = np.log2(column["group"])
+    x[:, base + 4] = column["crosses_node"]
+    x[:, base + 9] = column["stage"] / g.plan.num_stages
+    x[:, base + 10] = np.maximum(column["microbatch"], -1) / g.plan.num_microbatches
+    x[:, base + 11] = column["stream"]
     return x
 
 
 def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
-    index = np.array([(s, d) for s, d, _ in g.edges], dtype=np.int64).T.reshape(2, -1)
-    kinds = np.array([EDGE_KINDS.index(k) for _, _, k in g.edges], dtype=np.int64)
-    attr = np.zeros((len(g.edges), EDGE_DIM), dtype=np.float32)
-    attr[np.arange(len(kinds)), kinds] = 1
-    return index, attr
+    attr = np.zeros((len(g.edge_kind), EDGE_DIM), dtype=np.float32)
+    attr[np.arange(len(g.edge_kind)), g.edge_kind] = 1
+    return g.edge_index, attr
 
 
 def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, float]:

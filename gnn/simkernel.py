@@ -83,3 +83,72 @@ def replay_peaks(start: np.ndarray, rank: np.ndarray, alloc: np.ndarray, free: n
         peak[r] = max(peak[r], live[r] + max(alloc[i] - free[i], 0.0) + transient[i])
         live[r] += alloc[i] - free[i]
     return static + peak
+
+
+@njit(cache=True)
+def _merged_length_overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> float:
+    """Length of (union of intervals a) intersected with (union of intervals b), both sorted by start."""
+    # merge each side into disjoint intervals, then sweep both lists together
+    ma0, ma1 = _merge(a0, a1)
+    mb0, mb1 = _merge(b0, b1)
+    total, i, j = 0.0, 0, 0
+    while i < ma0.shape[0] and j < mb0.shape[0]:
+        total += max(0.0, min(ma1[i], mb1[j]) - max(ma0[i], mb0[j]))
+        if ma1[i] < mb1[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@njit(cache=True)
+def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [a, b) sorted by a, merged into disjoint ones (empty ones dropped)."""
+    out0, out1, k = np.empty(a.shape[0]), np.empty(a.shape[0]), 0
+    for i in range(a.shape[0]):
+        if b[i] <= a[i]:
+            continue
+        if k > 0 and a[i] <= out1[k - 1]:
+            out1[k - 1] = max(out1[k - 1], b[i])
+        else:
+            out0[k], out1[k] = a[i], b[i]
+            k += 1
+    return out0[:k], out1[:k]
+
+
+@njit(cache=True)
+def busy_and_idle(start: np.ndarray, end: np.ndarray, rank: np.ndarray, stream: np.ndarray, est: np.ndarray,
+                  num_ranks: int, num_streams: int) -> tuple[np.ndarray, int, float, float]:
+    """Busy seconds per rank and stream; the busiest rank's compute stream (the first of equals); and that
+    rank's idle compute time split into exposed communication (one of its transfers runs) and bubble."""
+    busy = np.zeros((num_ranks, num_streams))
+    for i in range(est.shape[0]):
+        busy[rank[i], stream[i]] += est[i]
+    critical = 0
+    for r in range(1, num_ranks):
+        if busy[r, 0] > busy[critical, 0]:
+            critical = r
+    total = end.max() if end.shape[0] else 0.0
+    order = np.argsort(start, kind="mergesort")
+    compute0, compute1, comm0, comm1 = [0.0], [0.0], [0.0], [0.0]  # typed lists (a dummy empty interval first)
+    for i in order:
+        if rank[i] != critical:
+            continue
+        if stream[i] == 0:
+            compute0.append(start[i])
+            compute1.append(end[i])
+        else:
+            comm0.append(start[i])
+            comm1.append(end[i])
+    busy0, busy1 = _merge(np.array(compute0), np.array(compute1))
+    # the gaps between busy intervals, in [0, total]
+    gap0, gap1 = np.empty(busy0.shape[0] + 1), np.empty(busy0.shape[0] + 1)
+    gap0[0] = 0.0
+    gap0[1:] = busy1
+    gap1[:-1] = busy0
+    gap1[-1] = total
+    idle = 0.0
+    for k in range(gap0.shape[0]):
+        idle += max(0.0, gap1[k] - gap0[k])
+    exposed = _merged_length_overlap(gap0, gap1, np.array(comm0), np.array(comm1))
+    return busy, critical, exposed, max(0.0, idle - exposed)

@@ -25,10 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnn.graph import ExecGraph
-from gnn.simkernel import event_schedule, replay_peaks
-
-NUM_STREAMS = 3
+from gnn.graph import NUM_STREAMS, ExecGraph
+from gnn.simkernel import busy_and_idle, event_schedule, replay_peaks
 
 
 @dataclass
@@ -45,70 +43,29 @@ class SimResult:
 
 
 def simulate(g: ExecGraph) -> SimResult:
-    start_array, end_array = _schedule(g)
-    start, end = start_array.tolist(), end_array.tolist()  # _split_idle walks them one by one
-    total = max(end, default=0.0)
-    busy = [[0.0] * NUM_STREAMS for _ in range(g.num_ranks)]
-    for node in g.nodes:
-        busy[node.rank][node.stream] += node.est_time
-    critical = max(range(g.num_ranks), key=lambda r: busy[r][0])  # the first of equally busy ranks
-    exposed, bubble = _split_idle(g, start, end, critical, total)
-    peaks = _replay_memory(g, start_array)
-    return SimResult(total, max(peaks), peaks, busy[critical][0], sum(busy[critical][1:]), exposed, bubble,
-                     start_array, end_array)
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        elif b > a:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-def _split_idle(g: ExecGraph, start: list[float], end: list[float], rank: int, total: float) -> tuple[float, float]:
-    """A rank's idle compute time, split into exposed communication (a transfer of this rank is running)
-    and bubble (the rank waits on other ranks)."""
-    mine = [i for i, node in enumerate(g.nodes) if node.rank == rank]
-    busy = _union([(start[i], end[i]) for i in mine if g.nodes[i].stream == 0])
-    comm = _union([(start[i], end[i]) for i in mine if g.nodes[i].stream > 0])
-    edges = [0.0] + [t for interval in busy for t in interval] + [total]
-    gaps = [(edges[k], edges[k + 1]) for k in range(0, len(edges), 2) if edges[k + 1] > edges[k]]
-    idle = sum(b - a for a, b in gaps)
-    return (exposed := _overlap(gaps, comm)), max(0.0, idle - exposed)
-
-
-def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
-    """Total overlap of two sorted lists of disjoint intervals, in one merge pass."""
-    total, i, j = 0.0, 0, 0
-    while i < len(xs) and j < len(ys):
-        (a, b), (c, d) = xs[i], ys[j]
-        total += max(0.0, min(b, d) - max(a, c))
-        if b < d:
-            i += 1
-        else:
-            j += 1
-    return total
+    start, end = _schedule(g)
+    busy, critical, exposed, bubble = busy_and_idle(start, end, g.column("rank").astype(np.int64),
+                                                    g.column("stream").astype(np.int64), g.column("est_time"),
+                                                    g.num_ranks, NUM_STREAMS)
+    peaks = _replay_memory(g, start)
+    return SimResult(float(end.max(initial=0.0)), max(peaks), peaks, float(busy[critical, 0]),
+                     float(busy[critical, 1:].sum()), exposed, bubble, start, end)
 
 
 def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
     """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth (gnn.simkernel)."""
-    n = len(g.nodes)
-    edges = np.array([(s, d) for s, d, _ in g.edges], dtype=np.int64).reshape(-1, 2)
-    order = np.argsort(edges[:, 0], kind="stable")  # successors grouped by source, in edge order
+    n = g.num_nodes
+    src, dst = g.edge_index
+    order = np.argsort(src, kind="stable")  # successors grouped by source, in edge order
     indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(edges[:, 0], minlength=n), out=indptr[1:])
-    waiting = np.bincount(edges[:, 1], minlength=n).astype(np.int64)
-    est = np.array([node.est_time for node in g.nodes], dtype=np.float64)
-    comm_rank = np.array([node.rank if node.stream else -1 for node in g.nodes], dtype=np.int64)
-    return event_schedule(est, comm_rank, indptr, edges[order, 1].copy(), waiting, g.num_ranks)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    waiting = np.bincount(dst, minlength=n).astype(np.int64)
+    comm_rank = np.where(g.column("stream") > 0, g.column("rank"), -1).astype(np.int64)
+    return event_schedule(g.column("est_time").copy(), comm_rank, indptr, dst[order].copy(), waiting, g.num_ranks)
 
 
 def _replay_memory(g: ExecGraph, start: np.ndarray) -> list[float]:
-    columns = np.array([(node.rank, node.alloc_bytes, node.free_bytes, node.transient_bytes) for node in g.nodes],
-                       dtype=np.float64).reshape(-1, 4)
-    peaks = replay_peaks(start, columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3],
+    peaks = replay_peaks(start, g.column("rank").astype(np.int64), g.column("alloc_bytes").copy(),
+                         g.column("free_bytes").copy(), g.column("transient_bytes").copy(),
                          np.array(g.static_bytes, dtype=np.float64))
     return peaks.tolist()

@@ -1,6 +1,7 @@
 """Execution graphs of tiny hand-built plans, checked node by node."""
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from collect.schema import RunSpec
@@ -118,3 +119,25 @@ def test_graph_edges_point_forward():
     g, _ = graph(pp=2, dp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4,
                  sharding="fsdp_full")
     assert all(src < dst for src, dst, _ in g.edges)
+
+
+def test_cached_layouts_and_shared_passes_build_the_same_graph():
+    """A pipeline shape's layout is cached and reused by other models; the graph must not depend on what was
+    built before it."""
+    from gnn import layout
+
+    plan = dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_grad_op")
+    layout._CACHE.clear()
+    cold, _ = graph(**plan)
+    graph({"hidden": 128, "layers": 8}, **plan)  # same layout, another model
+    warm, _ = graph(**plan)
+    assert np.array_equal(cold.table, warm.table) and np.array_equal(cold.edge_index, warm.edge_index)
+
+
+def test_graph_table_reads_back_as_nodes():
+    from gnn.graph import ExecGraph
+
+    g, _ = graph(pp=2, tp=2, num_microbatches=2, recompute="full")
+    again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
+    assert np.array_equal(again.table, g.table) and g.edges == again.edges
+    assert g.num_nodes == len(g.nodes) and {n.kind for n in g.nodes} >= {"attn", "mlp", "tp_comm", "p2p", "optimizer"}

@@ -7,7 +7,7 @@ from tests.unit.test_graph import graph
 
 
 def _graph(nodes, edges, static=(0.0,)):
-    return ExecGraph(nodes, edges, list(static), plan=None, workload=None)
+    return ExecGraph.from_nodes(nodes, edges, list(static))
 
 
 def test_communication_overlaps_independent_compute():
@@ -50,7 +50,7 @@ def test_two_stage_gpipe_timeline_by_hand():
     b11 = add("attn", "backward", 1, 1, 1, 2, [b10])
     b00 = add("attn", "backward", 0, 0, 0, 2, [f01, b10])
     add("attn", "backward", 0, 0, 1, 2, [b00, b11])
-    r = simulate(ExecGraph(nodes, edges, [0.0, 0.0], None, None))
+    r = simulate(ExecGraph.from_nodes(nodes, edges, [0.0, 0.0]))
     assert list(r.start) == [0, 1, 1, 2, 3, 5, 5, 7]
     assert r.iter_time_s == pytest.approx(9.0)
     assert r.bubble_s == pytest.approx(3.0)  # busiest rank computes 6 of 9 s
