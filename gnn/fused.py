@@ -139,7 +139,10 @@ def _typed_aggregation(batch):
     def aggregate(h, w_edge, b_edge):
         members, _, hidden = h.shape
         table = torch.baddbmm(b_edge, embeddings_in.expand(members, -1, -1), w_edge)  # [M, types, H]
-        per_type = (h.unsqueeze(1) + table.unsqueeze(2)).relu_()  # [M, types, n, H]
-        stacked = per_type.permute(1, 2, 0, 3).reshape(2 * kinds * n, members * hidden)
-        return torch.sparse.mm(adjacency, stacked).view(n, members, hidden).transpose(0, 1)
+        # node-major, so that the per-type messages come out as the [types * n, M * H] the product needs
+        # without a copy: one copy of h instead of one of all its messages
+        by_node = h.transpose(0, 1).reshape(n, members * hidden)
+        per_type = (by_node.unsqueeze(0) + table.transpose(0, 1).reshape(2 * kinds, 1, members * hidden)).relu_()
+        summed = torch.sparse.mm(adjacency, per_type.view(2 * kinds * n, members * hidden))
+        return summed.view(n, members, hidden).transpose(0, 1)
     return aggregate
