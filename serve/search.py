@@ -94,15 +94,12 @@ def study_name(request: SearchRequest, predictor: Predictor) -> str:
 
 
 def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna.Study:
-    def constraint(trial: optuna.trial.FrozenTrial):
-        return (trial.user_attrs.get("mem_over_capacity", 0.0),)
-
+    """Infeasible plans are constraints (each trial sets its own, Trial.set_constraint), not dropped trials."""
     if request.objective == "time":
-        sampler = optuna.samplers.TPESampler(seed=request.seed, constraints_func=constraint, n_startup_trials=20,
-                                             **TPE_OPTIONS)
+        sampler = optuna.samplers.TPESampler(seed=request.seed, n_startup_trials=20, **TPE_OPTIONS)
         return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
                                    load_if_exists=True)
-    sampler = optuna.samplers.NSGAIISampler(seed=request.seed, constraints_func=constraint, population_size=32)
+    sampler = optuna.samplers.NSGAIISampler(seed=request.seed, population_size=32)
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=["minimize", "minimize"],
                                load_if_exists=True)
 
@@ -135,7 +132,9 @@ def run_search(predictor: Predictor, request: SearchRequest, storage: str | None
                 pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=0)
                 for (t, s), row in zip(valid, pred.to_dict("records")):
                     capacity = s.cluster.memory_bytes
-                    t.set_user_attr("mem_over_capacity", (row["peak_mem_bytes"] - capacity) / capacity)
+                    over = (row["peak_mem_bytes"] - capacity) / capacity
+                    t.set_constraint("mem_over_capacity", over)  # feasible when <= 0: what the samplers read
+                    t.set_user_attr("mem_over_capacity", over)
                     t.set_user_attr("iter_time_s", row["iter_time_s"])
                     t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
                     values = [math.log(row["iter_time_s"])]

@@ -22,9 +22,9 @@ def _optimum(predictor, specs) -> float:
 
 
 def _accounted(study, found) -> int:
-    # infeasible plans stay in the study as constraint violations, not dropped
+    # infeasible plans stay in the study as constraint violations the samplers read, not dropped
     over = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
-            and t.user_attrs["mem_over_capacity"] > 0]
+            and t.constraints["mem_over_capacity"] > 0]
     return len(found) + len(over) + sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
 
 
