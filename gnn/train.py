@@ -103,11 +103,13 @@ def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool
 
 
 def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
-    """Fit the ensemble's interval factors per hardware domain on the split's validation rows."""
+    """Fit the ensemble's interval factors and spread limits per hardware domain on the split's validation rows."""
     names = [c for c in ds.meta.columns if c.startswith("f_")]
     ensemble.domain_column = names.index("f_cuda")
     if ensemble.k.shape != (2, 2):  # saved before intervals were calibrated per domain
         ensemble.k = torch.ones(2, 2)
+    if not hasattr(ensemble, "spread_limit"):  # saved before memory fell back to physics out of distribution
+        ensemble.register_buffer("spread_limit", torch.full((2, 2), float("inf")))
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(ds[torch.as_tensor(parts["val"])], np.log(val["iter_time_s"].to_numpy(dtype=float)),
                        np.log(val["peak_mem_bytes"].to_numpy(dtype=float)))

@@ -111,3 +111,23 @@ def test_median_aggregation_takes_the_middle_member():
     assert median["time_spread"][0] == mean["time_spread"][0]  # the interval's width still comes from the spread
     with pytest.raises(ValueError, match="aggregate"):
         Ensemble([], aggregate="mode")
+
+
+def test_memory_falls_back_to_physics_only_where_members_disagree_beyond_validation():
+    from gnn.ensemble import fall_back
+
+    point, base = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, float("nan")])
+    spread, limit = np.array([0.05, 0.1, 0.4, 0.4]), np.full(4, 0.1)
+    out = fall_back(point, spread, base, limit)
+    assert out[0] == out[1] == 1.0  # within the validation spread: the correction stands
+    assert out[2] == pytest.approx(1.0 / 16)  # 4x the limit: 1/16 of the correction
+    assert out[3] == 1.0  # no physics base to fall back to
+    assert fall_back(point[:1], np.zeros(1), base[:1], np.zeros(1))[0] == 1.0  # one member: no spread, no fallback
+
+
+def test_calibration_fits_the_spread_limit_from_validation(vtrain_dataset, small_parts, ensemble):
+    from gnn.train import calibrate_ensemble
+
+    calibrate_ensemble(ensemble, vtrain_dataset, small_parts)
+    limit = ensemble.spread_limit.numpy()
+    assert np.isfinite(limit[1, 0]) and limit[1, 0] > 0  # A100 rows: the 99th percentile of the members' spread
