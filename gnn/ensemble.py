@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
-from gnn.fused import forward_members, fusable, pack
+from gnn.fused import forward_members, fusable, pack, physics_offsets
 
 COVERAGE = 0.8
 # graphs per forward pass: small enough that a layer's node states stay in cache. On the demo's 960 plans
@@ -65,11 +65,13 @@ class Ensemble(nn.Module):
             chunk = [graphs[i] for i in range(start, min(start + batch_size, len(graphs)))]
             if fused:
                 batch = pack(chunk)
-                outs.append(forward_members(self.members, batch))
+                physics = physics_offsets(self.members, batch.u)  # once: the forward pass adds the same
+                outs.append(forward_members(self.members, batch, physics))
+                bases.append(physics[..., :2].mean(0))
             else:
                 batch = Batch.from_data_list(chunk)
                 outs.append(torch.stack([m(batch) for m in self.members]))
-            bases.append(self._physics(batch.u))
+                bases.append(self._physics(batch.u))
             col = getattr(self, "domain_column", None)  # absent in ensembles saved before per-domain intervals
             domains.append((batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long())
         if not outs:

@@ -52,7 +52,9 @@ def _entry(members: nn.ModuleList) -> dict:
     """Per ensemble, cached: whether it fuses, its parameters, and its stacked weights with their version."""
     entry = _CACHE.get(members)
     if entry is None:
-        entry = _CACHE[members] = {"fusable": None, "params": list(members.parameters()), "version": None}
+        # buffers too: the stacked inputs hold the masks, standardisation statistics and physics fits
+        entry = _CACHE[members] = {"fusable": None, "params": [*members.parameters(), *members.buffers()],
+                                   "version": None}
     return entry
 
 
@@ -126,9 +128,19 @@ def pack(graphs) -> Packed:
                   torch.repeat_interleave(torch.arange(len(graphs)), torch.tensor(sizes)), len(graphs))
 
 
-def forward_members(members: nn.ModuleList, batch) -> torch.Tensor:
-    """[M, n_graphs, 3]: what ``torch.stack([m(batch) for m in members])`` computes."""
-    weights, models = _weights(members), [m.model for m in members]
+def physics_offsets(members: nn.ModuleList, u: torch.Tensor) -> torch.Tensor:
+    """[M, n_graphs, 3] the physics base each member's heads add, or [1, n_graphs, 3] when the members' bases
+    agree (fitted on the same rows): then it is computed once."""
+    models = [m.model for m in members]
+    if _weights(members)["inputs"]["shared_physics"]:
+        return models[0].physics_offset(u * members[0].u_mask).unsqueeze(0)
+    return torch.stack([model.physics_offset(u * m.u_mask) for m, model in zip(members, models)])
+
+
+def forward_members(members: nn.ModuleList, batch, physics: torch.Tensor | None = None) -> torch.Tensor:
+    """[M, n_graphs, 3]: what ``torch.stack([m(batch) for m in members])`` computes. ``physics``: the members'
+    physics_offsets for this batch, when the caller has them already."""
+    weights = _weights(members)
     inputs = weights["inputs"]
     typed = _typed_aggregation(batch) if batch.edge_index.shape[1] >= TYPED_FROM else None
     aggregate = typed or _edge_aggregation(batch)
@@ -146,10 +158,7 @@ def forward_members(members: nn.ModuleList, batch) -> torch.Tensor:
     *hidden, (w_out, b_out) = weights["heads"]
     for w, b in hidden:
         z = torch.baddbmm(b, z, w).relu_()
-    if inputs["shared_physics"]:  # the members' physics bases agree: compute it once
-        physics = models[0].physics_offset(batch.u * members[0].u_mask).unsqueeze(0)
-    else:
-        physics = torch.stack([model.physics_offset(batch.u * m.u_mask) for m, model in zip(members, models)])
+    physics = physics_offsets(members, batch.u) if physics is None else physics
     return torch.baddbmm(b_out, z, w_out) + physics
 
 
