@@ -13,44 +13,68 @@ import numpy as np
 
 from collect.schema import RunSpec
 from gnn.costs import analytic_peak_bytes, dtype_bytes
-from gnn.graph import COL, COLUMNS, EDGE_KINDS, KINDS, PHASES, ExecGraph
+from gnn.graph import COL, COLUMNS, EDGE_KINDS, KINDS, PASS_PHASES, PHASES, ExecGraph
 from gnn.hardware_model import HardwareModel
 from gnn.simulate import SimResult
 
 SHARDINGS = ("none", "zero1", "fsdp_grad_op", "fsdp_full")
 RECOMPUTES = ("none", "selective", "full")
 SCHEDULES = (None, "gpipe", "1f1b", "interleaved_1f1b")
-NUMERIC_NODE_FEATURES = ("log_count", "log_mflops", "log_message_kb", "log2_group", "crosses_node", "log_alloc_mb",
-                         "log_free_mb", "log_transient_mb", "log_est_time_us", "stage_frac", "microbatch_frac", "stream")
-NODE_FEATURES = tuple(f"kind_{k}" for k in KINDS) + tuple(f"phase_{p}" for p in PHASES) + NUMERIC_NODE_FEATURES
+# The GNN's nodes are passes (gnn.graph.PassView). A pass's blocks and collectives become its features: the
+# estimated time of each kind of block, what it computes, moves and allocates, and where it sits in the schedule.
+KIND_TIMES = tuple(f"log_{k}_us" for k in KINDS)
+NODE_FEATURES = (tuple(f"pass_{p}" for p in PASS_PHASES) + ("first_stage", "last_stage") + KIND_TIMES
+                 + ("log_recompute_us", "log_layers", "log_mflops", "log_message_kb", "log2_group", "crosses_node",
+                    "log_alloc_mb", "log_free_mb", "log_transient_mb", "log_nodes", "stage_frac", "microbatch_frac"))
 NODE_DIM = len(NODE_FEATURES)
+# the analytical cost model's estimates among them: what the no-physics ablation hides
+PHYSICS_NODE_FEATURES = KIND_TIMES + ("log_recompute_us",)
 EDGE_DIM = len(EDGE_KINDS)
+_RECOMPUTE = PHASES.index("recompute")
+_LAST_BLOCK = KINDS.index("mlp")  # embed, attn, mlp: the blocks whose count is the stage's layers
+_FEATURE_INDEX = {name: i for i, name in enumerate(NODE_FEATURES)}
 
 
 def node_features(g: ExecGraph) -> np.ndarray:
-    t, n = g.table, g.num_nodes
-    x = np.zeros((n, NODE_DIM), dtype=np.float32)
-    rows = np.arange(n)
-    x[rows, t[:, COL["kind"]].astype(np.int64)] = 1
-    x[rows, len(KINDS) + t[:, COL["phase"]].astype(np.int64)] = 1
-    base = len(KINDS) + len(PHASES)
-    column = {name: t[:, COL[name]] for name in COLUMNS}
-    for i, value in ((0, column["count"]), (1, column["flops"] / 1e6), (2, column["message_bytes"] / 1e3),
-                     (5, column["alloc_bytes"] / 1e6), (6, column["free_bytes"] / 1e6),
-                     (7, column["transient_bytes"] / 1e6), (8, column["est_time"] * 1e6)):
-        x[:, base + i] = np.log1p(np.maximum(value, 0.0))
-    x[:, base + 3] = np.log2(column["group"])
-    x[:, base + 4] = column["crosses_node"]
-    x[:, base + 9] = column["stage"] / g.plan.num_stages
-    x[:, base + 10] = np.maximum(column["microbatch"], -1) / g.plan.num_microbatches
-    x[:, base + 11] = column["stream"]
+    """[passes, NODE_DIM]: per pass, sums over its rows (maxima for the layer count, group size, node crossing
+    and transients, which do not add up along a pass)."""
+    t, view = g.table, g.passes
+    col = {name: t[:, COL[name]] for name in COLUMNS}
+    start = view.start
+    kind, time = col["kind"].astype(np.int64), col["est_time"] * 1e6
+
+    def total(values):
+        return np.log1p(np.add.reduceat(values, start, axis=0))
+
+    def largest(values):
+        return np.maximum.reduceat(values, start)
+
+    per_kind = np.zeros((len(t), len(KINDS)))
+    per_kind[np.arange(len(t)), kind] = time
+    stage = col["stage"][start]
+    named = {"first_stage": stage == 0, "last_stage": stage == g.plan.num_stages - 1,
+             "log_recompute_us": total(np.where(col["phase"] == _RECOMPUTE, time, 0.0)),
+             "log_layers": np.log1p(largest(np.where(kind <= _LAST_BLOCK, col["count"], 0.0))),
+             "log_mflops": total(col["flops"] / 1e6), "log_message_kb": total(col["count"] * col["message_bytes"] / 1e3),
+             "log2_group": largest(np.log2(col["group"])), "crosses_node": largest(col["crosses_node"]),
+             "log_alloc_mb": total(col["alloc_bytes"] / 1e6), "log_free_mb": total(col["free_bytes"] / 1e6),
+             "log_transient_mb": np.log1p(largest(col["transient_bytes"] / 1e6)),
+             "log_nodes": np.log1p(np.diff(np.append(start, len(t)))), "stage_frac": stage / g.plan.num_stages,
+             "microbatch_frac": np.maximum(col["microbatch"][start], -1) / g.plan.num_microbatches}
+    x = np.zeros((len(start), NODE_DIM), dtype=np.float32)
+    x[np.arange(len(start)), view.phase] = 1
+    x[:, _FEATURE_INDEX[KIND_TIMES[0]]:_FEATURE_INDEX[KIND_TIMES[-1]] + 1] = total(per_kind)
+    for name, values in named.items():
+        x[:, _FEATURE_INDEX[name]] = values
     return x
 
 
 def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
-    attr = np.zeros((len(g.edge_kind), EDGE_DIM), dtype=np.float32)
-    attr[np.arange(len(g.edge_kind)), g.edge_kind] = 1
-    return g.edge_index, attr
+    """The pass graph's edges and their one-hot kinds."""
+    kinds = g.passes.edge_kind
+    attr = np.zeros((len(kinds), EDGE_DIM), dtype=np.float32)
+    attr[np.arange(len(kinds)), kinds] = 1
+    return g.passes.edge_index, attr
 
 
 def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, float]:

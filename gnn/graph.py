@@ -20,6 +20,13 @@ each distinct pass is compiled once (gnn.passes) and its rows are repeated
 wherever the schedule places it (gnn.layout, cached per pipeline shape);
 program-order edges come from one stable sort.
 ``ExecGraph.nodes`` still gives Node objects, for reading a graph by eye.
+
+Two granularities: the simulator runs on the nodes above (it needs every
+collective to overlap compute and every allocation to replay memory), while
+the GNN reads ``ExecGraph.passes``: one node per pass (a stage's forward or
+backward of one micro-batch, a rank's optimizer step), its blocks summarised
+as features (gnn.features). A pass holds ~5 nodes, and the forward pass of the
+GNN costs per node.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ KINDS = ("embed", "attn", "mlp", "head", "optimizer",
 COMM_KINDS = frozenset(KINDS[5:])
 STREAMS = {**{k: 1 for k in COMM_KINDS}, "p2p": 2}
 PHASES = ("forward", "backward", "recompute", "step")
+PASS_PHASES = ("forward", "backward", "step")
 EDGE_KINDS = ("data", "order")
 NUM_STREAMS = 3
 COLUMNS = ("kind", "phase", "rank", "stage", "microbatch", "count", "flops", "message_bytes", "group",
@@ -71,6 +79,21 @@ class Node:
 
 
 @dataclass
+class PassView:
+    """The graph one level up: a node per pass. The table stores each pass's rows contiguously."""
+    start: np.ndarray  # [passes] the pass's first row in the table
+    phase: np.ndarray  # [passes] index into PASS_PHASES
+    edge_index: np.ndarray  # [2, edges] between passes: what a pass waits for, and each rank's order of passes
+    edge_kind: np.ndarray  # [edges] index into EDGE_KINDS
+
+    @classmethod
+    def per_node(cls, table: np.ndarray, edge_index: np.ndarray, edge_kind: np.ndarray) -> "PassView":
+        """Each node its own pass: for graphs written out by hand."""
+        phase = np.array([0, 1, 1, 2])[table[:, COL["phase"]].astype(np.int64)]  # recompute belongs to a backward
+        return cls(np.arange(len(table)), phase, edge_index, edge_kind)
+
+
+@dataclass
 class ExecGraph:
     table: np.ndarray  # [nodes, COLUMNS] float64
     edge_index: np.ndarray  # [2, edges] int64: source, target
@@ -79,6 +102,11 @@ class ExecGraph:
     plan: Plan | None
     workload: Workload | None
     globals: dict = field(default_factory=dict)
+    passes: PassView | None = None  # None: each node its own pass
+
+    def __post_init__(self):
+        if self.passes is None:
+            self.passes = PassView.per_node(self.table, self.edge_index, self.edge_kind)
 
     @classmethod
     def from_nodes(cls, nodes: list[Node], edges: list[tuple[int, int, str]], static_bytes: list[float],
@@ -127,10 +155,25 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     # a pass's first node waits for the ends of the passes it needs; inside a pass, its own edges
     inner = [(t.edges[:, :, None] + bases[placed]).reshape(2, -1) for t, placed in zip(templates, layout.passes_of)]
     data = np.concatenate([np.stack([ends[layout.dep_src], bases[layout.dep_dst]]), *inner], axis=1)
-    order = _program_order(table)
-    index = np.concatenate([data, order], axis=1)
+    index, kinds = _with_kinds(data, _program_order(table))
+    return ExecGraph(table, index, kinds, compiler.static_bytes(), plan, w, {"hardware": hw.id},
+                     _pass_view(layout, bases))
+
+
+def _with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     kinds = np.concatenate([np.zeros(data.shape[1], np.int64), np.ones(order.shape[1], np.int64)])
-    return ExecGraph(table, index, kinds, compiler.static_bytes(), plan, w, {"hardware": hw.id})
+    return np.concatenate([data, order], axis=1), kinds
+
+
+def _pass_view(layout, bases: np.ndarray) -> PassView:
+    phase = np.array([PASS_PHASES.index({"F": "forward", "B": "backward", "S": "step"}[rep[0]])
+                      for rep in layout.representatives])[layout.kind]
+    # a rank runs its passes in build order; program order between passes follows from that
+    by_rank = np.argsort(layout.rank, kind="stable")
+    same = layout.rank[by_rank[1:]] == layout.rank[by_rank[:-1]]
+    order = np.stack([by_rank[:-1][same], by_rank[1:][same]]).astype(np.int64)
+    index, kinds = _with_kinds(np.stack([layout.dep_src, layout.dep_dst]), order)
+    return PassView(bases, phase, index, kinds)
 
 
 def _place_rows(templates, layout) -> tuple[np.ndarray, np.ndarray]:

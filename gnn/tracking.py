@@ -45,7 +45,8 @@ def champion_metric(metric: str) -> float | None:
 
 
 def champion_selection_now(ds, parts: dict, split: str) -> float | None:
-    """The champion's validation selection metric under the current data and graph code.
+    """The champion's validation selection metric under the current data and graph code (inf if it cannot read
+    the current graphs).
 
     The recorded metric holds only while the features are computed as they were when the champion was
     trained (``feature_version``, the dataset's cache key over data and graph code). After a change to the
@@ -60,11 +61,20 @@ def champion_selection_now(ds, parts: dict, split: str) -> float | None:
     if run.data.params.get("feature_version") == ds.key:
         return run.data.metrics.get("val_selection")
     champion = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{CHAMPION}").unwrap_python_model().predictor
+    if _input_dims(champion.ensemble) != (ds.num_node_features, ds[0].u.shape[1]):
+        # the graph's format changed (other features): this code can neither score nor serve it, so any model wins
+        print(f"champion (version {version.version}) reads another graph format; a new model replaces it")
+        return float("inf")
     records, _ = ensemble_records(champion.ensemble, ds, parts, split, which=("val",))
     value = selection_value(records)
     print(f"champion (version {version.version}) re-scored under the current features: {value:.4f} "
           f"(recorded {run.data.metrics.get('val_selection', float('nan')):.4f})")
     return value
+
+
+def _input_dims(ensemble) -> tuple[int, int]:
+    model = ensemble.members[0].model
+    return model.node_norm.mean.numel(), model.global_norm.mean.numel()
 
 
 def register_if_better(model_uri: str, metric: str, value: float, allow_equal: bool = False,

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from gnn.baselines import SIM_COLUMNS
 from gnn.dataset import PlanGraphs
 from gnn.ensemble import Ensemble
-from gnn.features import NODE_FEATURES
+from gnn.features import NODE_FEATURES, PHYSICS_NODE_FEATURES
 from gnn.lightning_module import Surrogate
 from gnn.splits import SERVING_SPLIT, named_splits
 
@@ -60,7 +60,7 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
     names = [c for c in ds.meta.columns if c.startswith("f_")]
     module = Surrogate(node_dim=ds.num_node_features, edge_dim=ds.num_edge_features, global_dim=len(names),
                        sim_index=(names.index("f_log_sim_time"), names.index("f_log_sim_mem")),
-                       physics_columns={"node": [NODE_FEATURES.index("log_est_time_us")],
+                       physics_columns={"node": [NODE_FEATURES.index(f) for f in PHYSICS_NODE_FEATURES],
                                         "global": [names.index(c) for c in SIM_COLUMNS]},
                        physics=cfg.physics, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
                        lr=cfg.lr, weight_decay=cfg.weight_decay, loss=cfg.loss, memory_weight=cfg.memory_weight,

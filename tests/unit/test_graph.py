@@ -141,3 +141,43 @@ def test_graph_table_reads_back_as_nodes():
     again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
     assert np.array_equal(again.table, g.table) and g.edges == again.edges
     assert g.num_nodes == len(g.nodes) and {n.kind for n in g.nodes} >= {"attn", "mlp", "tp_comm", "p2p", "optimizer"}
+
+
+@pytest.mark.parametrize("plan", [dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_full"),
+                                  dict(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4,
+                                       tp=2, recompute="selective"),
+                                  dict(dp=2, sharding="zero1", num_microbatches=2)])
+def test_pass_graph_summarises_the_node_graph(plan):
+    """The GNN's graph has a node per pass: its data edges are exactly the node graph's data edges between
+    passes, its order edges chain each rank's passes (the node graph's streams may skip a pass that does not use
+    them), and its features add up to the node graph's totals."""
+    from gnn.features import NODE_FEATURES, node_features
+
+    g, spec = graph(**plan)
+    view = g.passes
+    pass_of = np.repeat(np.arange(len(view.start)), np.diff(np.append(view.start, g.num_nodes)))
+    assert np.array_equal(g.column("stage")[view.start], [g.column("stage")[pass_of == p][0] for p in range(len(view.start))])
+    between = {(a, b, k) for (a, b), k in zip(pass_of[g.edge_index].T.tolist(), g.edge_kind.tolist()) if a != b}
+    edges = {(a, b, k) for (a, b), k in zip(view.edge_index.T.tolist(), view.edge_kind.tolist())}
+    assert {e for e in between if e[2] == 0} == {e for e in edges if e[2] == 0}
+    assert {e for e in edges if e[2] == 1} <= between
+    rank = g.column("rank")[view.start]
+    for a, b, _ in between - edges:  # a stream skipping passes: on one rank, implied by the chain
+        next_on_rank = min(c for c in range(a + 1, len(rank)) if rank[c] == rank[a])
+        assert rank[a] == rank[b] and a < next_on_rank < b and (a, next_on_rank, 1) in edges
+    x = node_features(g)
+    assert x.shape == (len(view.start), len(NODE_FEATURES))
+    flops = np.expm1(x[:, NODE_FEATURES.index("log_mflops")].astype(np.float64)).sum() * 1e6
+    assert flops == pytest.approx(g.column("flops").sum(), rel=1e-5)
+    steps = x[:, NODE_FEATURES.index("pass_step")] == 1
+    assert steps.sum() == spec.plan.pp and x[steps, NODE_FEATURES.index("log_optimizer_us")].min() > 0
+    assert (x[~steps, NODE_FEATURES.index("log_optimizer_us")] == 0).all()
+
+
+def test_hand_built_graph_is_its_own_pass_graph():
+    from gnn.graph import ExecGraph
+
+    g, _ = graph(pp=2, num_microbatches=2)
+    again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
+    assert len(again.passes.start) == again.num_nodes
+    assert np.array_equal(again.passes.edge_index, again.edge_index)

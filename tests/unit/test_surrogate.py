@@ -69,6 +69,9 @@ def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_
     rescored = champion_selection_now(vtrain_dataset, small_parts, "a100/random")  # scored again on validation
     assert "re-scored under the current features" in capsys.readouterr().out
     assert recorded is not None and rescored == pytest.approx(recorded, rel=1e-6)  # features unchanged in fact
+    monkeypatch.setattr("gnn.tracking._input_dims", lambda ensemble: (1, 1))  # a champion of another graph format
+    assert champion_selection_now(vtrain_dataset, small_parts, "a100/random") == float("inf")
+    assert "reads another graph format" in capsys.readouterr().out
 
 
 def test_champion_is_replaced_only_by_a_better_model(tracking):
