@@ -41,11 +41,13 @@ def _cache_key(paths: list[Path]) -> str:
     return h.hexdigest()[:12]
 
 
-def featurize_arrays(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[dict[str, np.ndarray], dict]:
+def featurize_arrays(spec: RunSpec, hw: HardwareModel, flags: dict,
+                     compilers: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """A plan's execution graph as arrays (x, edge_index, edge_attr, u), and its flat features and simulator
     outputs. Plain numpy, so it crosses process boundaries as bytes: torch tensors would travel through
-    shared-memory handles, one per tensor, which costs more than building the graph."""
-    graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw)
+    shared-memory handles, one per tensor, which costs more than building the graph. ``compilers``: a pass
+    compiler cache for a batch of plans (gnn.truncate.simulate_plan)."""
+    graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, compilers)
     index, attr = edge_arrays(graph)
     flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim)}.items()}
     arrays = {"x": node_features(graph), "edge_index": index, "edge_attr": attr,

@@ -4,8 +4,9 @@ Every micro-batch of a stage runs the same pass: the same blocks, collectives, c
 first and last micro-batches differ (the first backward allocates the gradients; FSDP gathers and frees on
 the first and last), so a plan has a handful of distinct passes, and gnn.graph repeats their rows across
 the schedule. Rows are built for one stage of a role (first, middle, last) with rank and micro-batch 0;
-gnn.graph fills in all three where it places a pass. Nothing here depends on the micro-batch count, so the
-two short graphs of a truncated plan (gnn.truncate) share one compiler.
+gnn.graph fills in all three where it places a pass. Nothing here depends on the micro-batch count or the
+pipeline schedule (gnn.layout places the passes), so the two short graphs of a truncated plan (gnn.truncate)
+share one compiler, and so can the plans of a batch that differ only in those (``shared_compiler``).
 """
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ class _Rows:
     def done(self, end: int) -> PassTemplate:
         table = np.array([n.row() for n in self.nodes], dtype=np.float64).reshape(-1, len(COLUMNS))
         return PassTemplate(table, np.array(self.edges, dtype=np.int64).reshape(-1, 2).T.copy(), end)
+
+
+def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> "PassCompiler":
+    """A compiler for the plan, taken from ``cache`` (the caller's, for one batch of plans) when an earlier plan
+    differed only in schedule and micro-batch count. The cache holds references to ``hw``: scope it to a batch."""
+    if cache is None:
+        return PassCompiler(w, plan, cluster, hw)
+    key = (w, cluster, id(hw), plan.dp, plan.tp, plan.pp, plan.virtual_stages, plan.sharding, plan.recompute,
+           plan.sequence_parallel)
+    found = cache.get(key)
+    if found is None or found.hw is not hw:
+        found = cache[key] = PassCompiler(w, plan, cluster, hw)
+    return found
 
 
 class PassCompiler:

@@ -47,8 +47,8 @@ def default_workers(n_plans: int) -> int:
 def _featurize_chunk(args):
     """(arrays, flat features) per spec: numpy only, cheap to send back from a worker."""
     specs, flags, hardware, hardware_dir = args
-    hw = hardware_model(hardware, hardware_dir)
-    return [featurize_arrays(spec, hw, f) for spec, f in zip(specs, flags)]
+    hw, compilers = hardware_model(hardware, hardware_dir), {}  # plans of a chunk share passes
+    return [featurize_arrays(spec, hw, f, compilers) for spec, f in zip(specs, flags)]
 
 
 class Predictor:

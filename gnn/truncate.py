@@ -22,7 +22,7 @@ from dataclasses import fields, replace
 from collect.schema import Cluster, Plan, Workload
 from gnn.graph import ExecGraph, build_graph
 from gnn.hardware_model import HardwareModel
-from gnn.passes import PassCompiler
+from gnn.passes import shared_compiler
 from gnn.simulate import SimResult, simulate
 
 SCALARS = [f.name for f in fields(SimResult) if f.type == "float"]
@@ -39,14 +39,16 @@ def sampled_counts(plan: Plan) -> tuple[int, int] | None:
     return (short, longer) if plan.num_microbatches > longer else None
 
 
-def simulate_plan(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> tuple[ExecGraph, SimResult]:
-    """The graph the model reads, and the simulator's outputs for the full plan."""
+def simulate_plan(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel,
+                  compilers: dict | None = None) -> tuple[ExecGraph, SimResult]:
+    """The graph the model reads, and the simulator's outputs for the full plan. ``compilers``: a cache of pass
+    compilers shared by a batch of plans (gnn.passes.shared_compiler)."""
     counts = sampled_counts(plan)
+    compiler = shared_compiler(compilers, w, plan, cluster, hw)  # the two runs differ only in how often their passes repeat
     if counts is None:
-        graph = build_graph(w, plan, cluster, hw)
+        graph = build_graph(w, plan, cluster, hw, compiler)
         return graph, simulate(graph)
     (k1, k2), n = counts, plan.num_microbatches
-    compiler = PassCompiler(w, plan, cluster, hw)  # the two runs differ only in how often their passes repeat
     graphs = [build_graph(w, plan.model_copy(update={"num_microbatches": k}), cluster, hw, compiler) for k in counts]
     short, longer = (simulate(g) for g in graphs)
     t = (n - k1) / (k2 - k1)

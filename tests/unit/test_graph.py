@@ -181,3 +181,20 @@ def test_hand_built_graph_is_its_own_pass_graph():
     again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
     assert len(again.passes.start) == again.num_nodes
     assert np.array_equal(again.passes.edge_index, again.edge_index)
+
+
+def test_plans_of_a_batch_share_compilers_without_changing_their_graphs():
+    """Plans that differ only in their pipeline schedule share a pass compiler; their graphs and simulations are
+    those of fresh compilers."""
+    from gnn.truncate import simulate_plan
+
+    hw, cache = UnitHardware(), {}
+    plans = [dict(pp=2, dp=2, pp_schedule=s, num_microbatches=8, sharding="fsdp_grad_op")
+             for s in ("1f1b", "gpipe", "1f1b")] + [dict(pp=2, dp=2, num_microbatches=8)]
+    for plan in plans:
+        _, spec = graph(**plan)
+        shared, shared_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, cache)
+        fresh, fresh_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw)
+        assert np.array_equal(shared.table, fresh.table) and np.array_equal(shared.edge_index, fresh.edge_index)
+        assert shared_sim.iter_time_s == fresh_sim.iter_time_s and shared_sim.peak_mem_bytes == fresh_sim.peak_mem_bytes
+    assert len(cache) == 2  # one compiler per sharding; the three grad_op plans share theirs
