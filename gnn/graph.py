@@ -157,23 +157,12 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     data = np.concatenate([np.stack([ends[layout.dep_src], bases[layout.dep_dst]]), *inner], axis=1)
     index, kinds = _with_kinds(data, _program_order(table))
     return ExecGraph(table, index, kinds, compiler.static_bytes(), plan, w, {"hardware": hw.id},
-                     _pass_view(layout, bases))
+                     PassView(bases, layout.phase, layout.edge_index, layout.edge_kind))
 
 
 def _with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     kinds = np.concatenate([np.zeros(data.shape[1], np.int64), np.ones(order.shape[1], np.int64)])
     return np.concatenate([data, order], axis=1), kinds
-
-
-def _pass_view(layout, bases: np.ndarray) -> PassView:
-    phase = np.array([PASS_PHASES.index({"F": "forward", "B": "backward", "S": "step"}[rep[0]])
-                      for rep in layout.representatives])[layout.kind]
-    # a rank runs its passes in build order; program order between passes follows from that
-    by_rank = np.argsort(layout.rank, kind="stable")
-    same = layout.rank[by_rank[1:]] == layout.rank[by_rank[:-1]]
-    order = np.stack([by_rank[:-1][same], by_rank[1:][same]]).astype(np.int64)
-    index, kinds = _with_kinds(np.stack([layout.dep_src, layout.dep_dst]), order)
-    return PassView(bases, phase, index, kinds)
 
 
 def _place_rows(templates, layout) -> tuple[np.ndarray, np.ndarray]:

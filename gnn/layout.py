@@ -27,6 +27,9 @@ class Layout:
     dep_src: np.ndarray  # pass whose end node ...
     dep_dst: np.ndarray  # ... the first node of this pass waits for
     passes_of: list[np.ndarray]  # per distinct template, the passes that place it
+    phase: np.ndarray  # [passes] 0 forward, 1 backward, 2 optimizer step (gnn.graph.PASS_PHASES)
+    edge_index: np.ndarray  # [2, edges] the pass graph: dependencies, then each rank's order of passes
+    edge_kind: np.ndarray  # [edges] 0 dependency, 1 order (gnn.graph.EDGE_KINDS)
 
 
 CACHE_SIZE = 4096
@@ -87,9 +90,17 @@ def _layout(plan: Plan) -> Layout:
         place(("S", held), ("S", held), rank, held[0], -1, [position[("B", s, m)] for s, m in zip(held, last_backward)])
     table = np.array(rows, dtype=np.int64).reshape(-1, 4)
     dep = np.array(deps, dtype=np.int64).reshape(-1, 2)
-    return Layout(representatives, table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy(), table[:, 3].copy(),
+    kind, rank = table[:, 0].copy(), table[:, 1].copy()
+    phase = np.array(["FBS".index(rep[0]) for rep in representatives], dtype=np.int64)[kind]
+    # each rank runs its passes in build order
+    by_rank = np.argsort(rank, kind="stable")
+    same = rank[by_rank[1:]] == rank[by_rank[:-1]]
+    order = np.stack([by_rank[:-1][same], by_rank[1:][same]])
+    edge_index = np.concatenate([dep.T, order], axis=1).astype(np.int64)
+    edge_kind = np.repeat(np.array([0, 1], dtype=np.int64), [len(dep), order.shape[1]])
+    return Layout(representatives, kind, rank, table[:, 2].copy(), table[:, 3].copy(),
                   dep[:, 0].copy(), dep[:, 1].copy(),
-                  [np.flatnonzero(table[:, 0] == i) for i in range(len(representatives))])
+                  [np.flatnonzero(kind == i) for i in range(len(representatives))], phase, edge_index, edge_kind)
 
 
 def global_order(orders):
