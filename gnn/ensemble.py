@@ -29,9 +29,10 @@ from torch_geometric.data import Batch
 from gnn.fused import forward_members, fusable, pack, physics_offsets
 
 COVERAGE = 0.8
-# graphs per forward pass: small enough that a layer's node states stay in cache. On the demo's 960 plans
-# (104k nodes), 32 per batch took 1.7 s and 1,024 took 3.0 s.
-INFERENCE_BATCH = 32
+# nodes per forward pass: enough to amortise its ~40 tensor ops, few enough that a layer's node states stay in
+# cache. On the node graphs of old (the demo's 960 plans, 104k nodes), 32 graphs a batch (~3.5k nodes) took
+# 1.7 s and 1,024 graphs 3.0 s.
+INFERENCE_NODES = 4096
 AGGREGATES = ("mean", "median")
 SPREAD_FLOOR = 0.01  # log units: members that agree exactly still leave ~1% of doubt
 SPREAD_QUANTILE = 0.99  # of the validation rows' member spread: beyond it a correction counts as out of distribution
@@ -55,14 +56,14 @@ class Ensemble(nn.Module):
         self.register_buffer("spread_limit", torch.full((2, 2), float("inf")))
 
     @torch.inference_mode()
-    def raw(self, graphs, batch_size: int = INFERENCE_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[members, n, 3] (every member's log time, log memory, oom logit), each graph's domain (0 / 1), and
         [n, 2] the physics base the members correct (log time, log memory)."""
         outs, domains, bases = [], [], []
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
-        for start in range(0, len(graphs), batch_size):
-            chunk = [graphs[i] for i in range(start, min(start + batch_size, len(graphs)))]
+        for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes):
+            chunk = [graphs[i] for i in range(start, stop)]
             if fused:
                 batch = pack(chunk)
                 physics = physics_offsets(self.members, batch.u)  # once: the forward pass adds the same
@@ -99,9 +100,9 @@ class Ensemble(nn.Module):
         return {"log_time": point[:, 0], "log_mem": point[:, 1], "time_spread": spread[:, 0],
                 "mem_spread": spread[:, 1], "oom_prob": 1 / (1 + np.exp(-np.clip(point[:, 2], -50, 50)))}
 
-    def predict(self, graphs, batch_size: int = INFERENCE_BATCH) -> dict[str, np.ndarray]:
+    def predict(self, graphs, batch_nodes: int = INFERENCE_NODES) -> dict[str, np.ndarray]:
         """Point predictions and interval bounds (seconds, bytes), in graph order."""
-        raw, domains, base = self.raw(graphs, batch_size)
+        raw, domains, base = self.raw(graphs, batch_nodes)
         s = self.summarize(raw, base, domains)
         k = self.k.numpy()
         k = k[domains] if k.ndim == 2 else np.broadcast_to(k, (len(domains), 2))  # [n, 2]; 1-D: one shared factor
@@ -137,6 +138,17 @@ class Ensemble(nn.Module):
         widest = np.nanmax(k, axis=0)
         k = np.where(np.isnan(k), np.where(np.isnan(widest), 1.0, widest), k)
         self.k.copy_(torch.tensor(k, dtype=torch.float32))
+
+
+def _batches(sizes: list[int], max_nodes: int) -> list[tuple[int, int]]:
+    """Consecutive [start, stop) ranges of graphs with at most max_nodes nodes each (or one larger graph)."""
+    bounds, start, nodes = [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and nodes + n > max_nodes:
+            bounds.append((start, i))
+            start, nodes = i, 0
+        nodes += n
+    return bounds + ([(start, len(sizes))] if start < len(sizes) else [])
 
 
 def fall_back(point: np.ndarray, spread: np.ndarray, base: np.ndarray, limit: np.ndarray) -> np.ndarray:

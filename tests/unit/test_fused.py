@@ -59,3 +59,15 @@ def test_typed_aggregation_equals_the_edge_by_edge_sum(vtrain_dataset):
     torch.testing.assert_close(typed(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5)
     batch.edge_attr = batch.edge_attr * 0.5  # not one-hot: only the edge-by-edge sum applies
     assert _typed_aggregation(batch) is None
+
+
+def test_inference_batches_cut_by_nodes_and_agree_with_one_batch(vtrain_dataset):
+    from gnn.ensemble import Ensemble, _batches
+
+    assert _batches([3, 3, 3, 10, 1], 6) == [(0, 2), (2, 3), (3, 4), (4, 5)]  # a graph over budget goes alone
+    assert _batches([], 6) == []
+    ensemble = Ensemble(list(members(vtrain_dataset))).eval()
+    graphs = [vtrain_dataset[i] for i in range(40)]
+    small, whole = ensemble.raw(graphs, batch_nodes=50), ensemble.raw(graphs, batch_nodes=10**6)
+    for a, b in zip(small, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
