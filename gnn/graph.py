@@ -150,14 +150,48 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     compiler = compiler or PassCompiler(w, plan, cluster, hw)
     layout = plan_layout(plan)
     templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
-    table, bases = _place_rows(templates, layout)
-    ends = bases + np.array([t.end for t in templates])[layout.kind]
-    # a pass's first node waits for the ends of the passes it needs; inside a pass, its own edges
-    inner = [(t.edges[:, :, None] + bases[placed]).reshape(2, -1) for t, placed in zip(templates, layout.passes_of)]
-    data = np.concatenate([np.stack([ends[layout.dep_src], bases[layout.dep_dst]]), *inner], axis=1)
-    index, kinds = _with_kinds(data, _program_order(table))
-    return ExecGraph(table, index, kinds, compiler.static_bytes(), plan, w, {"hardware": hw.id},
-                     PassView(bases, layout.phase, layout.edge_index, layout.edge_kind))
+    shape = tuple(t.shape for t in templates)
+    placed = layout.placements.get(shape)
+    if placed is None:
+        placed = layout.placements[shape] = _Placement.of(templates, layout)
+    table = np.concatenate([t.table for t in templates])[placed.rows]
+    table[:, _POSITION] = placed.position
+    return ExecGraph(table, placed.edge_index, placed.edge_kind, compiler.static_bytes(), plan, w,
+                     {"hardware": hw.id}, PassView(placed.bases, layout.phase, layout.edge_index, layout.edge_kind))
+
+
+_POSITION = slice(COL["rank"], COL["microbatch"] + 1)
+assert COLUMNS[_POSITION] == ("rank", "stage", "microbatch")
+
+
+@dataclass
+class _Placement:
+    """Where a layout puts the rows of its templates, and the edges that result. It depends on the templates'
+    shapes (sizes, streams, edges), not on their costs, so plans of one pipeline shape share it (cached on the
+    layout): building their graphs is then one gather."""
+    rows: np.ndarray  # [nodes] index into the templates' rows, concatenated
+    position: np.ndarray  # [nodes, 3] rank, stage, micro-batch
+    bases: np.ndarray  # [passes] each pass's first row
+    edge_index: np.ndarray
+    edge_kind: np.ndarray
+
+    @classmethod
+    def of(cls, templates, layout) -> "_Placement":
+        template_sizes = np.array([len(t.table) for t in templates])
+        sizes = template_sizes[layout.kind]
+        bases = np.cumsum(sizes) - sizes
+        bank_start = np.cumsum(template_sizes) - template_sizes
+        rows = np.repeat(bank_start[layout.kind] - bases, sizes) + np.arange(sizes.sum())
+        position = np.repeat(np.stack([layout.rank, layout.stage, layout.microbatch], 1), sizes, axis=0).astype(np.float64)
+        streams = np.concatenate([t.table[:, COL["stream"]] for t in templates])[rows]
+        ends = bases + np.array([t.end for t in templates])[layout.kind]
+        # a pass's first node waits for the ends of the passes it needs; inside a pass, its own edges
+        inner = [(t.edges[:, :, None] + bases[placed]).reshape(2, -1) for t, placed in zip(templates, layout.passes_of)]
+        data = np.concatenate([np.stack([ends[layout.dep_src], bases[layout.dep_dst]]), *inner], axis=1)
+        edge_index, edge_kind = _with_kinds(data, _program_order(position[:, 0], streams))
+        for array in (rows, position, bases, edge_index, edge_kind):
+            array.flags.writeable = False  # shared by every graph of this shape
+        return cls(rows, position, bases, edge_index, edge_kind)
 
 
 def _with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,22 +199,9 @@ def _with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.concatenate([data, order], axis=1), kinds
 
 
-def _place_rows(templates, layout) -> tuple[np.ndarray, np.ndarray]:
-    """Every pass's rows in build order, with its rank, stage and micro-batch; and where each pass starts."""
-    template_sizes = np.array([len(t.table) for t in templates])
-    sizes = template_sizes[layout.kind]
-    bases = np.cumsum(sizes) - sizes
-    bank = np.concatenate([t.table for t in templates])
-    bank_start = np.cumsum(template_sizes) - template_sizes
-    table = bank[np.repeat(bank_start[layout.kind] - bases, sizes) + np.arange(sizes.sum())]
-    for name, values in (("rank", layout.rank), ("stage", layout.stage), ("microbatch", layout.microbatch)):
-        table[:, COL[name]] = np.repeat(values, sizes)
-    return table, bases
-
-
-def _program_order(table: np.ndarray) -> np.ndarray:
+def _program_order(rank: np.ndarray, stream: np.ndarray) -> np.ndarray:
     """[2, k] edges from each node to the next one on its rank and stream, in build order."""
-    stream_key = table[:, COL["rank"]] * NUM_STREAMS + table[:, COL["stream"]]
+    stream_key = rank * NUM_STREAMS + stream
     idx = np.argsort(stream_key, kind="stable")
     same = stream_key[idx[1:]] == stream_key[idx[:-1]]
     return np.stack([idx[:-1][same], idx[1:][same]]).astype(np.int64)

@@ -32,6 +32,11 @@ class PassTemplate:
     edges: np.ndarray  # [2, k] data dependencies inside the pass, local indices
     end: int  # local index of the node that ends the pass (what later passes depend on)
 
+    def __post_init__(self):
+        # what placing the pass depends on (gnn.graph caches the placement by it): its size, its nodes' streams
+        # and its edges, not its costs
+        self.shape = (len(self.table), self.table[:, COL["stream"]].tobytes(), self.edges.tobytes(), self.end)
+
 
 class _Rows:
     """Nodes of one pass in order, with their data dependencies; the first node takes the pass's outside ones."""
@@ -72,6 +77,7 @@ class PassCompiler:
         self.layers_per_stage = w.layers // self.num_stages
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
         self.templates: dict[tuple, PassTemplate] = {}
+        self._static: list[float] | None = None
         per_node = cluster.devices_per_node
         # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
         self.tp_cross = plan.tp > per_node
@@ -185,6 +191,11 @@ class PassCompiler:
         """Resident from the start, per pipeline rank (holding stages rank, rank + pp, ...): parameters, optimizer
         state, DDP's buckets. Gradients are not: the first backward of each stage allocates them (see _backward),
         after FSDP has resharded what it gathered."""
+        if self._static is None:
+            self._static = self._static_bytes()
+        return list(self._static)
+
+    def _static_bytes(self) -> list[float]:
         plan = self.plan
         return [sum(sum(v for k, v in state_bytes(self.w, plan, self._params(s)).items() if k != "grad")
                     + self._fsdp_held_bytes(s) for s in range(rank, plan.num_stages, plan.pp))
