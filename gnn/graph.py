@@ -103,6 +103,9 @@ class ExecGraph:
     workload: Workload | None
     globals: dict = field(default_factory=dict)
     passes: PassView | None = None  # None: each node its own pass
+    # arrays derived from the structure alone (edges, ranks, streams), e.g. the simulator's adjacency: graphs
+    # that share a placement share this dict, so each is derived once
+    structure: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.passes is None:
@@ -157,7 +160,8 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     table = np.concatenate([t.table for t in templates])[placed.rows]
     table[:, _POSITION] = placed.position
     return ExecGraph(table, placed.edge_index, placed.edge_kind, compiler.static_bytes(), plan, w,
-                     {"hardware": hw.id}, PassView(placed.bases, layout.phase, layout.edge_index, layout.edge_kind))
+                     {"hardware": hw.id}, PassView(placed.bases, layout.phase, layout.edge_index, layout.edge_kind),
+                     placed.structure)
 
 
 _POSITION = slice(COL["rank"], COL["microbatch"] + 1)
@@ -174,6 +178,7 @@ class _Placement:
     bases: np.ndarray  # [passes] each pass's first row
     edge_index: np.ndarray
     edge_kind: np.ndarray
+    structure: dict = field(default_factory=dict)  # ExecGraph.structure of every graph placed this way
 
     @classmethod
     def of(cls, templates, layout) -> "_Placement":

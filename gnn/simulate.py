@@ -43,29 +43,37 @@ class SimResult:
 
 
 def simulate(g: ExecGraph) -> SimResult:
-    start, end = _schedule(g)
-    busy, critical, exposed, bubble = busy_and_idle(start, end, g.column("rank").astype(np.int64),
-                                                    g.column("stream").astype(np.int64), g.column("est_time"),
-                                                    g.num_ranks, NUM_STREAMS)
-    peaks = _replay_memory(g, start)
+    """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth (gnn.simkernel)."""
+    arrays = _structure(g)
+    start, end = event_schedule(g.column("est_time").copy(), arrays["comm_rank"], arrays["indptr"], arrays["successors"],
+                                arrays["waiting"].copy(), g.num_ranks)
+    busy, critical, exposed, bubble = busy_and_idle(start, end, arrays["rank"], arrays["stream"],
+                                                    g.column("est_time"), g.num_ranks, NUM_STREAMS)
+    peaks = _replay_memory(g, start, arrays["rank"])
     return SimResult(float(end.max(initial=0.0)), max(peaks), peaks, float(busy[critical, 0]),
                      float(busy[critical, 1:].sum()), exposed, bubble, start, end)
 
 
-def _schedule(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth (gnn.simkernel)."""
-    n = g.num_nodes
-    src, dst = g.edge_index
-    order = np.argsort(src, kind="stable")  # successors grouped by source, in edge order
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
-    waiting = np.bincount(dst, minlength=n).astype(np.int64)
-    comm_rank = np.where(g.column("stream") > 0, g.column("rank"), -1).astype(np.int64)
-    return event_schedule(g.column("est_time").copy(), comm_rank, indptr, dst[order].copy(), waiting, g.num_ranks)
+def _structure(g: ExecGraph) -> dict[str, np.ndarray]:
+    """What the event-driven schedule (gnn.simkernel) needs from the graph's structure: successors in CSR,
+    predecessor counts, each node's rank and stream, and the rank of each transfer (-1 for compute).
+    Shared by the graphs of one placement (ExecGraph.structure)."""
+    found = g.structure.get("simulate")
+    if found is None:
+        n = g.num_nodes
+        src, dst = g.edge_index
+        order = np.argsort(src, kind="stable")  # successors grouped by source, in edge order
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        rank, stream = g.column("rank").astype(np.int64), g.column("stream").astype(np.int64)
+        found = g.structure["simulate"] = {
+            "indptr": indptr, "successors": dst[order].copy(), "waiting": np.bincount(dst, minlength=n).astype(np.int64),
+            "rank": rank, "stream": stream, "comm_rank": np.where(stream > 0, rank, -1)}
+    return found
 
 
-def _replay_memory(g: ExecGraph, start: np.ndarray) -> list[float]:
-    peaks = replay_peaks(start, g.column("rank").astype(np.int64), g.column("alloc_bytes").copy(),
+def _replay_memory(g: ExecGraph, start: np.ndarray, rank: np.ndarray) -> list[float]:
+    peaks = replay_peaks(start, rank, g.column("alloc_bytes").copy(),
                          g.column("free_bytes").copy(), g.column("transient_bytes").copy(),
                          np.array(g.static_bytes, dtype=np.float64))
     return peaks.tolist()
