@@ -33,38 +33,35 @@ EDGE_DIM = len(EDGE_KINDS)
 _RECOMPUTE = PHASES.index("recompute")
 _LAST_BLOCK = KINDS.index("mlp")  # embed, attn, mlp: the blocks whose count is the stage's layers
 _FEATURE_INDEX = {name: i for i, name in enumerate(NODE_FEATURES)}
+_SUMMED = ("log_recompute_us", "log_mflops", "log_message_kb", "log_alloc_mb", "log_free_mb")  # after KIND_TIMES
+_SUMMED_INDEX = np.array([_FEATURE_INDEX[f] for f in KIND_TIMES + _SUMMED])
+_LARGEST_INDEX = np.array([_FEATURE_INDEX[f] for f in ("log_layers", "log2_group", "crosses_node", "log_transient_mb")])
 
 
 def node_features(g: ExecGraph) -> np.ndarray:
     """[passes, NODE_DIM]: per pass, sums over its rows (maxima for the layer count, group size, node crossing
-    and transients, which do not add up along a pass)."""
+    and transients, which do not add up along a pass). Two reductions over stacked columns, not one per feature:
+    at ~30 passes a graph, numpy's per-call cost is what counts."""
     t, view = g.table, g.passes
     col = {name: t[:, COL[name]] for name in COLUMNS}
-    start = view.start
+    start, n = view.start, len(t)
     kind, time = col["kind"].astype(np.int64), col["est_time"] * 1e6
-
-    def total(values):
-        return np.log1p(np.add.reduceat(values, start, axis=0))
-
-    def largest(values):
-        return np.maximum.reduceat(values, start)
-
-    per_kind = np.zeros((len(t), len(KINDS)))
-    per_kind[np.arange(len(t)), kind] = time
-    stage = col["stage"][start]
-    named = {"first_stage": stage == 0, "last_stage": stage == g.plan.num_stages - 1,
-             "log_recompute_us": total(np.where(col["phase"] == _RECOMPUTE, time, 0.0)),
-             "log_layers": np.log1p(largest(np.where(kind <= _LAST_BLOCK, col["count"], 0.0))),
-             "log_mflops": total(col["flops"] / 1e6), "log_message_kb": total(col["count"] * col["message_bytes"] / 1e3),
-             "log2_group": largest(np.log2(col["group"])), "crosses_node": largest(col["crosses_node"]),
-             "log_alloc_mb": total(col["alloc_bytes"] / 1e6), "log_free_mb": total(col["free_bytes"] / 1e6),
-             "log_transient_mb": np.log1p(largest(col["transient_bytes"] / 1e6)),
-             "log_nodes": np.log1p(np.diff(np.append(start, len(t)))), "stage_frac": stage / g.plan.num_stages,
-             "microbatch_frac": np.maximum(col["microbatch"][start], -1) / g.plan.num_microbatches}
+    summed = np.zeros((n, len(KINDS) + len(_SUMMED)))
+    summed[np.arange(n), kind] = time
+    summed[:, len(KINDS):] = np.stack([np.where(col["phase"] == _RECOMPUTE, time, 0.0), col["flops"] / 1e6,
+                                       col["count"] * col["message_bytes"] / 1e3, col["alloc_bytes"] / 1e6,
+                                       col["free_bytes"] / 1e6], 1)
+    largest = np.maximum.reduceat(np.stack([np.where(kind <= _LAST_BLOCK, col["count"], 0.0), np.log2(col["group"]),
+                                            col["crosses_node"], col["transient_bytes"] / 1e6], 1), start, axis=0)
     x = np.zeros((len(start), NODE_DIM), dtype=np.float32)
     x[np.arange(len(start)), view.phase] = 1
-    x[:, _FEATURE_INDEX[KIND_TIMES[0]]:_FEATURE_INDEX[KIND_TIMES[-1]] + 1] = total(per_kind)
-    for name, values in named.items():
+    x[:, _SUMMED_INDEX] = np.log1p(np.add.reduceat(summed, start, axis=0))
+    x[:, _LARGEST_INDEX] = largest
+    x[:, _LARGEST_INDEX[[0, 3]]] = np.log1p(largest[:, [0, 3]])
+    stage = col["stage"][start]
+    for name, values in (("first_stage", stage == 0), ("last_stage", stage == g.plan.num_stages - 1),
+                         ("log_nodes", np.log1p(np.diff(np.append(start, n)))), ("stage_frac", stage / g.plan.num_stages),
+                         ("microbatch_frac", np.maximum(col["microbatch"][start], -1) / g.plan.num_microbatches)):
         x[:, _FEATURE_INDEX[name]] = values
     return x
 
