@@ -49,6 +49,8 @@ NUM_STREAMS = 3
 COLUMNS = ("kind", "phase", "rank", "stage", "microbatch", "count", "flops", "message_bytes", "group",
            "crosses_node", "alloc_bytes", "free_bytes", "transient_bytes", "est_time", "stream")
 COL = {name: i for i, name in enumerate(COLUMNS)}
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+_PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 
 @dataclass(slots=True)
@@ -73,7 +75,7 @@ class Node:
         self.stream = STREAMS.get(self.kind, 0)
 
     def row(self) -> tuple:
-        return (KINDS.index(self.kind), PHASES.index(self.phase), self.rank, self.stage, self.microbatch, self.count,
+        return (_KIND_INDEX[self.kind], _PHASE_INDEX[self.phase], self.rank, self.stage, self.microbatch, self.count,
                 self.flops, self.message_bytes, self.group, float(self.crosses_node), self.alloc_bytes,
                 self.free_bytes, self.transient_bytes, self.est_time, self.stream)
 

@@ -78,6 +78,7 @@ class PassCompiler:
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
         self.templates: dict[tuple, PassTemplate] = {}
         self._static: list[float] | None = None
+        self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
         per_node = cluster.devices_per_node
         # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
         self.tp_cross = plan.tp > per_node
@@ -118,9 +119,17 @@ class PassCompiler:
     def _saved_bytes(self, stage: int, frees_gather: bool) -> float:
         """What a forward of the stage keeps for its backward: activations, and under grad_op the parameters
         gathered for the micro-batches up to the backward that reshards."""
-        table = self.template("F", stage, (False,)).table
-        activations = table[table[:, COL["kind"]] != _GATHER, COL["alloc_bytes"]].sum()
-        return float(activations) + (self._stage_bytes(stage) if frees_gather else 0.0)
+        return self._activations(stage) + (self._stage_bytes(stage) if frees_gather else 0.0)
+
+    def _activations(self, stage: int) -> float:
+        """The activations a forward of the stage saves, whichever variant: only the FSDP gather differs."""
+        role = (stage == 0, stage == self.num_stages - 1)
+        found = self.activations.get(role)
+        if found is None:
+            forward = self.templates.get(("F", *role, True)) or self.template("F", stage, (False,))
+            table = forward.table
+            found = self.activations[role] = float(table[table[:, COL["kind"]] != _GATHER, COL["alloc_bytes"]].sum())
+        return found
 
     def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
         plan, c, L = self.plan, self.c, self.layers_per_stage
