@@ -155,10 +155,12 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     compiler = compiler or PassCompiler(w, plan, cluster, hw)
     layout = plan_layout(plan)
     templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
-    shape = tuple(t.shape for t in templates)
-    placed = layout.placements.get(shape)
+    key = (layout.key, *(t.shape for t in templates))
+    placed = _PLACEMENTS.get(key)
     if placed is None:
-        placed = layout.placements[shape] = _Placement.of(templates, layout)
+        if len(_PLACEMENTS) >= PLACEMENT_CACHE:
+            _PLACEMENTS.clear()  # bounded, like the layouts: a search uses tens
+        placed = _PLACEMENTS[key] = _Placement.of(templates, layout)
     table = np.concatenate([t.table for t in templates])[placed.rows]
     table[:, _POSITION] = placed.position
     return ExecGraph(table, placed.edge_index, placed.edge_kind, compiler.static_bytes(), plan, w,
@@ -166,6 +168,8 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
                      placed.structure)
 
 
+PLACEMENT_CACHE = 2048
+_PLACEMENTS: dict[tuple, "_Placement"] = {}
 _POSITION = slice(COL["rank"], COL["microbatch"] + 1)
 assert COLUMNS[_POSITION] == ("rank", "stage", "microbatch")
 
@@ -173,8 +177,8 @@ assert COLUMNS[_POSITION] == ("rank", "stage", "microbatch")
 @dataclass
 class _Placement:
     """Where a layout puts the rows of its templates, and the edges that result. It depends on the templates'
-    shapes (sizes, streams, edges), not on their costs, so plans of one pipeline shape share it (cached on the
-    layout): building their graphs is then one gather."""
+    shapes (sizes, streams, edges), not on their costs, so plans of one pipeline shape share it (cached by both):
+    building their graphs is then one gather."""
     rows: np.ndarray  # [nodes] index into the templates' rows, concatenated
     position: np.ndarray  # [nodes, 3] rank, stage, micro-batch
     bases: np.ndarray  # [passes] each pass's first row

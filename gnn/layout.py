@@ -10,7 +10,7 @@ stage and micro-batch to compile the template from (gnn.passes).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 import numpy as np
 
 from collect.schema import Plan
@@ -30,7 +30,7 @@ class Layout:
     phase: np.ndarray  # [passes] 0 forward, 1 backward, 2 optimizer step (gnn.graph.PASS_PHASES)
     edge_index: np.ndarray  # [2, edges] the pass graph: dependencies, then each rank's order of passes
     edge_kind: np.ndarray  # [edges] 0 dependency, 1 order (gnn.graph.EDGE_KINDS)
-    placements: dict = field(default_factory=dict, compare=False)  # gnn.graph's, per shape of the templates
+    key: tuple = ()  # what plan_layout caches it by
 
 
 CACHE_SIZE = 4096
@@ -44,7 +44,7 @@ def plan_layout(plan: Plan) -> Layout:
     if found is None:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()  # bounded; a search's shapes number in the tens
-        found = _CACHE[key] = _layout(plan)
+        found = _CACHE[key] = replace(_layout(plan), key=key)
     return found
 
 
