@@ -129,9 +129,12 @@ def test_cached_layouts_and_shared_passes_build_the_same_graph():
     plan = dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_grad_op")
     layout._CACHE.clear()
     cold, _ = graph(**plan)
-    graph({"hidden": 128, "layers": 8}, **plan)  # same layout, another model
+    other, _ = graph({"hidden": 128, "layers": 8}, **plan)  # same layout, another model
     warm, _ = graph(**plan)
     assert np.array_equal(cold.table, warm.table) and np.array_equal(cold.edge_index, warm.edge_index)
+    # the other model's passes have other costs but the same shapes: one placement serves all three
+    assert other.structure is cold.structure is warm.structure and not np.array_equal(other.table, cold.table)
+    assert np.array_equal(other.edge_index, cold.edge_index)
 
 
 def test_graph_table_reads_back_as_nodes():
