@@ -170,6 +170,14 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
 
 PLACEMENT_CACHE = 2048
 _PLACEMENTS: dict[tuple, "_Placement"] = {}
+def clear_caches() -> None:
+    """Forget cached layouts and placements (benchmarks of cold builds; nothing else needs it)."""
+    from gnn import layout
+
+    layout._CACHE.clear()
+    _PLACEMENTS.clear()
+
+
 _POSITION = slice(COL["rank"], COL["microbatch"] + 1)
 assert COLUMNS[_POSITION] == ("rank", "stage", "microbatch")
 
