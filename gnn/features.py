@@ -34,9 +34,9 @@ EDGE_DIM = len(EDGE_KINDS)
 _RECOMPUTE = PHASES.index("recompute")
 _LAST_BLOCK = KINDS.index("mlp")  # embed, attn, mlp: the blocks whose count is the stage's layers
 _FEATURE_INDEX = {name: i for i, name in enumerate(NODE_FEATURES)}
-_SUMMED = ("log_recompute_us", "log_mflops", "log_message_kb", "log_alloc_mb", "log_free_mb")  # after KIND_TIMES
-_SUMMED_INDEX = np.array([_FEATURE_INDEX[f] for f in KIND_TIMES + _SUMMED])
-_LARGEST_INDEX = np.array([_FEATURE_INDEX[f] for f in ("log_layers", "log2_group", "crosses_node", "log_transient_mb")])
+# the columns _pass_totals sums, in its order: each kind's time, then these
+_SUMMED_INDEX = np.array([_FEATURE_INDEX[f] for f in KIND_TIMES + (
+    "log_recompute_us", "log_mflops", "log_message_kb", "log_alloc_mb", "log_free_mb")])
 
 
 def node_features(g: ExecGraph) -> np.ndarray:
@@ -48,11 +48,11 @@ def node_features(g: ExecGraph) -> np.ndarray:
     x = np.zeros((len(start), NODE_DIM), dtype=np.float32)
     x[np.arange(len(start)), view.phase] = 1
     x[:, _SUMMED_INDEX] = np.log1p(summed)
-    x[:, _LARGEST_INDEX] = largest
-    x[:, _LARGEST_INDEX[[0, 3]]] = np.log1p(largest[:, [0, 3]])
     placed = t[start]
     stage = placed[:, COL["stage"]]
-    for name, values in (("first_stage", stage == 0), ("last_stage", stage == g.plan.num_stages - 1),
+    for name, values in (("log_layers", np.log1p(largest[:, 0])), ("log2_group", largest[:, 1]),
+                         ("crosses_node", largest[:, 2]), ("log_transient_mb", np.log1p(largest[:, 3])),
+                         ("first_stage", stage == 0), ("last_stage", stage == g.plan.num_stages - 1),
                          ("log_nodes", np.log1p(np.diff(np.append(start, n)))), ("stage_frac", stage / g.plan.num_stages),
                          ("microbatch_frac", np.maximum(placed[:, COL["microbatch"]], -1) / g.plan.num_microbatches)):
         x[:, _FEATURE_INDEX[name]] = values
@@ -66,8 +66,9 @@ _K, _PHASE, _TIME, _FLOPS, _COUNT, _MESSAGE, _GROUP, _CROSSES, _ALLOC, _FREE, _T
 
 @njit(cache=True)
 def _pass_totals(t: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pass (rows bounds[p] to bounds[p + 1]): the sums of _SUMMED's quantities after each kind's time, and the
-    maxima of layer count, log2 group, crossing and transient MB. One loop, in row order: numpy took ~40 calls."""
+    """Per pass (rows bounds[p] to bounds[p + 1]): the sums of _SUMMED_INDEX's quantities (each kind's time,
+    recompute time, MFLOP, KB moved, MB allocated and freed), and the maxima of the layer count, log2 group,
+    node crossing and transient MB. One loop in row order, where numpy took ~40 calls."""
     passes, kinds = len(bounds) - 1, len(KINDS)
     summed, largest = np.zeros((passes, kinds + 5)), np.zeros((passes, 4))
     for p in range(passes):
