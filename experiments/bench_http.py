@@ -3,9 +3,10 @@
     python -m experiments.bench_http [--requests 300] [--seconds 60] [--batch 2000]
 
 Starts `python -m serve serve` on a free 127.0.0.1 port with the champion,
-then (bounded in count and in time) sends single-plan POST /predict requests
-one after another from a client thread pool of --concurrency, records each
-round trip, and reports p50 / p90 / p99. Then batched: POST /predict with
+waits for its featurisation workers (started in the background), then
+(bounded in count and in time) sends single-plan POST /predict requests one
+after another from a client thread pool of --concurrency, records each round
+trip, and reports p50 / p90 / p99. Then batched: POST /predict with
 --batch plans per request, a few times, and reports plans per second.
 """
 from __future__ import annotations
@@ -39,12 +40,14 @@ def start_server(model: str) -> tuple[subprocess.Popen, Client]:
     client = Client(f"http://127.0.0.1:{port}")
     for _ in range(600):
         try:
-            client.health()
-            return proc, client
+            # steady state: the featurisation workers it starts in the background have imported torch
+            if client.model().get("featurisation_workers_ready", 1) >= 1:
+                return proc, client
         except OSError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("server did not start")
+    raise RuntimeError("server did not start (or its featurisation workers did not)")
 
 
 def plans(n: int) -> list[dict]:

@@ -7,13 +7,16 @@ POST /predict takes and returns what `python -m serve predict` does; POST
 GET /health; GET /model names the loaded model, its version and validation
 metrics. OpenAPI docs at /docs. Invalid requests get 422 naming the field and
 the rule; bodies over the size limit get 413; the process survives any
-request.
+request. The featurisation workers start in the background at start-up
+(--no-warm: on the first large request), so the first large batch does not
+wait for them to import torch.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import threading
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -72,10 +75,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
     parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
+    parser.add_argument("--no-warm", action="store_true",
+                        help="start the featurisation workers on the first large request, not at start-up")
     args = parser.parse_args(argv)
     try:
         predictor = load_predictor(args.model)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    if not args.no_warm:  # in the background: the service answers while its workers import torch
+        threading.Thread(target=predictor.start_workers, name="warm-workers", daemon=True).start()
     print(f"plansight: serving {predictor.info.get('uri', args.model)} on http://{args.host}:{args.port} (docs at /docs)")
     uvicorn.run(create_app(predictor), host=args.host, port=args.port, log_level="warning")

@@ -72,4 +72,5 @@ def _frac(x: float) -> float:
 
 
 def model_summary(predictor: Predictor) -> dict:
-    return {k: v for k, v in predictor.info.items() if k != "metrics"} | {"members": len(predictor.ensemble.members)}
+    return {k: v for k, v in predictor.info.items() if k != "metrics"} | {
+        "members": len(predictor.ensemble.members), "featurisation_workers_ready": predictor.workers_ready}

@@ -17,6 +17,16 @@ def test_health_and_model(server):
     assert model["name"] == "test-model" and model["members"] == 2
 
 
+def test_featurisation_workers_start_with_the_server(server):
+    """Warmed at start-up in the background (a large batch would otherwise wait seconds for them)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while server.model()["featurisation_workers_ready"] < 1:
+        assert time.monotonic() < deadline, "the featurisation workers did not start"
+        time.sleep(0.5)
+
+
 def test_predict_many_plans_in_order(server, predictor):
     body = server.predict(WORKLOAD, CLUSTER, PLANS)
     preds = body["predictions"]
