@@ -36,7 +36,7 @@ import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
 from gnn.hardware_model import HardwareModel
-from gnn.layout import plan_layout
+from gnn.layout import chain, plan_layout, with_kinds
 
 KINDS = ("embed", "attn", "mlp", "head", "optimizer",
          "tp_comm", "dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "p2p")
@@ -207,20 +207,8 @@ class _Placement:
         # a pass's first node waits for the ends of the passes it needs; inside a pass, its own edges
         inner = [(t.edges[:, :, None] + bases[placed]).reshape(2, -1) for t, placed in zip(templates, layout.passes_of)]
         data = np.concatenate([np.stack([ends[layout.dep_src], bases[layout.dep_dst]]), *inner], axis=1)
-        edge_index, edge_kind = _with_kinds(data, _program_order(position[:, 0], streams))
+        # program order: each node to the next one on its rank and stream, in build order
+        edge_index, edge_kind = with_kinds(data, chain(position[:, 0] * NUM_STREAMS + streams))
         for array in (rows, position, bases, edge_index, edge_kind):
             array.flags.writeable = False  # shared by every graph of this shape
         return cls(rows, position, bases, edge_index, edge_kind)
-
-
-def _with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    kinds = np.concatenate([np.zeros(data.shape[1], np.int64), np.ones(order.shape[1], np.int64)])
-    return np.concatenate([data, order], axis=1), kinds
-
-
-def _program_order(rank: np.ndarray, stream: np.ndarray) -> np.ndarray:
-    """[2, k] edges from each node to the next one on its rank and stream, in build order."""
-    stream_key = rank * NUM_STREAMS + stream
-    idx = np.argsort(stream_key, kind="stable")
-    same = stream_key[idx[1:]] == stream_key[idx[:-1]]
-    return np.stack([idx[:-1][same], idx[1:][same]]).astype(np.int64)

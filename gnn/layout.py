@@ -93,15 +93,23 @@ def _layout(plan: Plan) -> Layout:
     dep = np.array(deps, dtype=np.int64).reshape(-1, 2)
     kind, rank = table[:, 0].copy(), table[:, 1].copy()
     phase = np.array(["FBS".index(rep[0]) for rep in representatives], dtype=np.int64)[kind]
-    # each rank runs its passes in build order
-    by_rank = np.argsort(rank, kind="stable")
-    same = rank[by_rank[1:]] == rank[by_rank[:-1]]
-    order = np.stack([by_rank[:-1][same], by_rank[1:][same]])
-    edge_index = np.concatenate([dep.T, order], axis=1).astype(np.int64)
-    edge_kind = np.repeat(np.array([0, 1], dtype=np.int64), [len(dep), order.shape[1]])
+    edge_index, edge_kind = with_kinds(dep.T, chain(rank))  # each rank runs its passes in build order
     return Layout(representatives, kind, rank, table[:, 2].copy(), table[:, 3].copy(),
                   dep[:, 0].copy(), dep[:, 1].copy(),
                   [np.flatnonzero(kind == i) for i in range(len(representatives))], phase, edge_index, edge_kind)
+
+
+def chain(key: np.ndarray) -> np.ndarray:
+    """[2, k] edges from each item to the next one with the same key, in their order."""
+    idx = np.argsort(key, kind="stable")
+    same = key[idx[1:]] == key[idx[:-1]]
+    return np.stack([idx[:-1][same], idx[1:][same]]).astype(np.int64)
+
+
+def with_kinds(data: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Data edges then order edges, and their kinds (0 data, 1 order: gnn.graph.EDGE_KINDS)."""
+    kinds = np.concatenate([np.zeros(data.shape[1], np.int64), np.ones(order.shape[1], np.int64)])
+    return np.concatenate([data, order], axis=1).astype(np.int64), kinds
 
 
 def global_order(orders):
