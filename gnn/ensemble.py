@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
-from gnn.fused import forward_members, fusable, pack, physics_offsets
+from gnn.fused import Packed, forward_members, fusable, pack, physics_offsets
 
 COVERAGE = 0.8
 # nodes per forward pass: enough to amortise its ~40 tensor ops, few enough that a layer's node states stay in
@@ -59,25 +59,30 @@ class Ensemble(nn.Module):
     def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[members, n, 3] (every member's log time, log memory, oom logit), each graph's domain (0 / 1), and
         [n, 2] the physics base the members correct (log time, log memory)."""
-        outs, domains, bases = [], [], []
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
-        for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes):
-            chunk = [graphs[i] for i in range(start, stop)]
-            if fused:
-                batch = pack(chunk)
-                physics = physics_offsets(self.members, batch.u)  # once: the forward pass adds the same
-                outs.append(forward_members(self.members, batch, physics))
-                bases.append(physics[..., :2].mean(0))
-            else:
-                batch = Batch.from_data_list(chunk)
-                outs.append(torch.stack([m(batch) for m in self.members]))
-                bases.append(self._physics(batch.u))
-            col = getattr(self, "domain_column", None)  # absent in ensembles saved before per-domain intervals
-            domains.append((batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long())
-        if not outs:
+        parts = [self._raw_batch(pack(chunk) if fused else Batch.from_data_list(chunk), fused)
+                 for chunk in ([graphs[i] for i in range(start, stop)]
+                               for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes))]
+        if not parts:
             return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int), np.zeros((0, 2))
-        return torch.cat(outs, dim=1).numpy(), torch.cat(domains).numpy(), torch.cat(bases).numpy()
+        return tuple(np.concatenate(p, axis=a) for p, a in zip(zip(*parts), (1, 0, 0)))
+
+    @torch.inference_mode()
+    def raw_packed(self, batch: Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """raw() of graphs already joined into one (gnn.fused.Packed), as featurisation workers send them."""
+        fused = fusable(self.members)
+        return self._raw_batch(batch if fused else Batch.from_data_list(batch.graphs()), fused)
+
+    def _raw_batch(self, batch, fused: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if fused:
+            physics = physics_offsets(self.members, batch.u)  # once: the forward pass adds the same
+            out, base = forward_members(self.members, batch, physics), physics[..., :2].mean(0)
+        else:
+            out, base = torch.stack([m(batch) for m in self.members]), self._physics(batch.u)
+        col = getattr(self, "domain_column", None)  # absent in ensembles saved before per-domain intervals
+        domains = (batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long()
+        return out.numpy(), domains.numpy(), base.numpy()
 
     def _physics(self, u: torch.Tensor) -> torch.Tensor:
         """[n, 2] the members' physics base (log time, log memory), averaged (members fitted on the same rows
@@ -102,7 +107,13 @@ class Ensemble(nn.Module):
 
     def predict(self, graphs, batch_nodes: int = INFERENCE_NODES) -> dict[str, np.ndarray]:
         """Point predictions and interval bounds (seconds, bytes), in graph order."""
-        raw, domains, base = self.raw(graphs, batch_nodes)
+        return self._outputs(*self.raw(graphs, batch_nodes))
+
+    def predict_packed(self, batch: Packed) -> dict[str, np.ndarray]:
+        """predict() of graphs already joined into one (gnn.fused.Packed)."""
+        return self._outputs(*self.raw_packed(batch))
+
+    def _outputs(self, raw: np.ndarray, domains: np.ndarray, base: np.ndarray) -> dict[str, np.ndarray]:
         s = self.summarize(raw, base, domains)
         k = self.k.numpy()
         k = k[domains] if k.ndim == 2 else np.broadcast_to(k, (len(domains), 2))  # [n, 2]; 1-D: one shared factor

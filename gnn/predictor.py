@@ -15,9 +15,11 @@ import atexit
 import multiprocessing
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +27,16 @@ import pandas as pd
 import torch
 
 from collect.schema import RunSpec
-from gnn.dataset import featurize_arrays, to_data
+from gnn.dataset import featurize_arrays
 from gnn.ensemble import Ensemble
+from gnn.fused import Packed, pack_arrays
 from gnn.hardware_model import hardware_model
 from gnn.rows import row_to_spec
 
 KNOWN = {"vocab_known": True, "dtype_known": True, "sharding_known": True}
 PARALLEL_FROM = 512  # below this many plans a process pool costs more than it saves
 CHUNK = 64  # plans per unit of work: workers featurise chunks while the caller runs the model on earlier ones
+QUEUED_PER_WORKER = 2  # chunks handed to each worker ahead: it never waits for the caller to hand it more
 
 
 RUNTIME = ("_pool", "_pool_size", "_workers_ready", "_lock", "_threads_users", "_threads_before")
@@ -44,11 +48,34 @@ def default_workers(n_plans: int) -> int:
     return max(1, min((os.cpu_count() or 1) - 1, 8)) if n_plans >= PARALLEL_FROM else 0
 
 
-def _featurize_chunk(args):
-    """(arrays, flat features) per spec: numpy only, cheap to send back from a worker."""
+@dataclass
+class FeaturizedChunk:
+    """A chunk of plans featurised: their graphs joined into one (gnn.fused.pack_arrays) and their flat features
+    and simulator outputs as columns. A handful of arrays per chunk, not four per plan and a dict, is what makes
+    a worker's reply cheap to send and the caller's forward pass cheap to start."""
+    arrays: dict[str, np.ndarray]
+    flat_names: tuple[str, ...]
+    flat: np.ndarray  # [plans, flat_names]
+
+    def packed(self) -> Packed:
+        return Packed.from_arrays(self.arrays)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.flat[:, self.flat_names.index(name)]
+
+    def items(self) -> list[tuple]:
+        """(graph, flat features) per plan."""
+        return [(g, dict(zip(self.flat_names, row))) for g, row in zip(self.packed().graphs(), self.flat.tolist())]
+
+
+def _featurize_chunk(args) -> FeaturizedChunk:
     specs, flags, hardware, hardware_dir = args
     hw, compilers = hardware_model(hardware, hardware_dir), {}  # plans of a chunk share passes
-    return [featurize_arrays(spec, hw, f, compilers) for spec, f in zip(specs, flags)]
+    graphs, flats = zip(*(featurize_arrays(spec, hw, f, compilers) for spec, f in zip(specs, flags)))
+    names = tuple(flats[0])
+    if any(tuple(f) != names for f in flats):
+        raise ValueError("featurised plans disagree on their flat feature names")
+    return FeaturizedChunk(pack_arrays(list(graphs)), names, np.array([list(f.values()) for f in flats], dtype=float))
 
 
 def _ready(_) -> None:
@@ -101,20 +128,33 @@ class Predictor:
                   workers: int | None = None):
         """(graph, flat features) per spec. ``flags`` mark assumed fields (rows.py); user plans state everything.
         ``workers``: featurisation processes, 0 to featurise inline, None for default_workers."""
-        return [item for chunk in self._featurized_chunks(specs, hardware, flags, workers) for item in chunk]
+        chunks = dict(self._featurized_chunks(specs, hardware, flags, workers))
+        return [item for i in sorted(chunks) for item in chunks[i].items()]
 
-    def _featurized_chunks(self, specs, hardware, flags, workers) -> Iterator[list]:
-        """Featurised plans in order, a chunk at a time, so the caller's forward pass overlaps the workers'
-        featurisation of the chunks after it."""
+    def _featurized_chunks(self, specs, hardware, flags, workers) -> Iterator[tuple[int, FeaturizedChunk]]:
+        """(index, chunk) of CHUNK plans each, as they are ready, so the caller's forward pass overlaps the
+        workers' featurisation of later chunks. Not in order: whenever the workers have not finished the next
+        chunk, the caller featurises one itself instead of waiting, which keeps both cores busy whatever the
+        balance of featurisation and forward pass."""
         flags = flags or [KNOWN] * len(specs)
         workers = default_workers(len(specs)) if workers is None else workers
-        bounds = range(0, len(specs), CHUNK)
-        chunks = [(specs[i:i + CHUNK], flags[i:i + CHUNK], hardware, self.hardware_dir) for i in bounds]
-        featurized = self._workers_pool(workers).map(_featurize_chunk, chunks) if workers else map(_featurize_chunk, chunks)
-        for part in featurized:
-            if workers:
+        chunks = [(specs[i:i + CHUNK], flags[i:i + CHUNK], hardware, self.hardware_dir)
+                  for i in range(0, len(specs), CHUNK)]
+        if not workers:
+            yield from enumerate(map(_featurize_chunk, chunks))
+            return
+        pool, queued, following = self._workers_pool(workers), deque(), 0
+        while queued or following < len(chunks):
+            while len(queued) < QUEUED_PER_WORKER * workers and following < len(chunks):
+                queued.append((following, pool.submit(_featurize_chunk, chunks[following])))
+                following += 1
+            if queued[0][1].done() or following == len(chunks):
+                index, future = queued.popleft()
+                yield index, future.result()
                 self._workers_ready = workers
-            yield [(to_data(arrays), flat) for arrays, flat in part]
+            else:
+                yield following, _featurize_chunk(chunks[following])
+                following += 1
 
     @contextmanager
     def _forward_threads(self, workers: int):
@@ -145,17 +185,18 @@ class Predictor:
     def predict_columns(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
                         workers: int | None = None) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
-        featurized, parts = [], []
+        parts = {}
         workers = default_workers(len(specs)) if workers is None else workers
         with self._forward_threads(workers):
-            for chunk in self._featurized_chunks(specs, hardware, flags, workers):
-                parts.append(self.ensemble.predict([data for data, _ in chunk]))
-                featurized += chunk
-        out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else self.ensemble.predict([])
+            for index, chunk in self._featurized_chunks(specs, hardware, flags, workers):
+                parts[index] = (self.ensemble.predict_packed(chunk.packed()), chunk)
+        parts = [parts[i] for i in sorted(parts)]
+        out = ({k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts
+               else self.ensemble.predict([]))
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
         out["memory_bytes"] = capacity
         out["fits"] = out["peak_mem_bytes"] <= capacity
-        sim = {k: np.array([flat[k] for _, flat in featurized], dtype=float)
+        sim = {k: np.concatenate([chunk.column(k) for _, chunk in parts]) if parts else np.zeros(0)
                for k in ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")}
         # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
         total = sim["sim_time_s"]

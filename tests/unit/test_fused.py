@@ -57,6 +57,11 @@ def test_typed_aggregation_equals_the_edge_by_edge_sum(vtrain_dataset):
     typed = _typed_aggregation(batch)
     assert typed is not None
     torch.testing.assert_close(typed(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5)
+    # an edge given twice sends its message twice in both
+    batch.edge_index = torch.cat([batch.edge_index, batch.edge_index[:, :7]], 1)
+    batch.edge_attr = torch.cat([batch.edge_attr, batch.edge_attr[:7]])
+    torch.testing.assert_close(_typed_aggregation(batch)(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge),
+                               rtol=1e-5, atol=1e-5)
     batch.edge_attr = batch.edge_attr * 0.5  # not one-hot: only the edge-by-edge sum applies
     assert _typed_aggregation(batch) is None
 
@@ -71,3 +76,12 @@ def test_inference_batches_cut_by_nodes_and_agree_with_one_batch(vtrain_dataset)
     small, whole = ensemble.raw(graphs, batch_nodes=50), ensemble.raw(graphs, batch_nodes=10**6)
     for a, b in zip(small, whole):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_graphs_split_back_into_the_graphs_they_join(vtrain_dataset):
+    from gnn.fused import pack
+
+    graphs = [vtrain_dataset[i] for i in (0, 7, 3, 11)]
+    for graph, back in zip(graphs, pack(graphs).graphs(), strict=True):
+        for key in ("x", "edge_index", "edge_attr", "u"):
+            assert torch.equal(graph[key], back[key]), key

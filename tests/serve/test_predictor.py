@@ -1,0 +1,37 @@
+"""The batched predictor: featurisation workers (with the caller featurising chunks itself whenever the worker
+is behind) give exactly what featurising inline gives, in plan order."""
+import numpy as np
+import torch
+
+from gnn.dataset import featurize_spec
+from gnn.hardware_model import hardware_model
+from gnn.predictor import CHUNK, KNOWN
+from serve.schemas import SearchRequest
+from serve.search import space_of
+from tests.serve.conftest import CLUSTER, REPO, WORKLOAD
+
+
+def _specs(n: int) -> list:
+    request = SearchRequest.model_validate({"workload": WORKLOAD, "cluster": CLUSTER, "micro_batch_sizes": [1, 2]})
+    specs = space_of(request).enumerate()
+    order = np.random.default_rng(0).permutation(len(specs) * (n // len(specs) + 1)) % len(specs)
+    return [specs[i] for i in order[:n]]  # shuffled, so chunks mix pipeline shapes
+
+
+def test_workers_give_what_inline_gives_in_plan_order(predictor):
+    specs = _specs(3 * CHUNK + 7)  # four chunks, the last one short
+    inline = predictor.predict_columns(specs, "a100-80gb", workers=0)
+    pooled = predictor.predict_columns(specs, "a100-80gb", workers=1)
+    assert set(inline) == set(pooled)
+    for name in inline:
+        np.testing.assert_array_equal(pooled[name], inline[name], err_msg=name)
+
+
+def test_featurize_returns_each_plans_own_graph_in_order(predictor):
+    specs = _specs(CHUNK + 3)
+    hw = hardware_model("a100-80gb", REPO / "data" / "hardware")
+    for (graph, flat), spec in zip(predictor.featurize(specs, "a100-80gb", workers=1), specs, strict=True):
+        alone, alone_flat = featurize_spec(spec, hw, KNOWN)
+        for key in ("x", "edge_index", "edge_attr", "u"):
+            assert torch.equal(graph[key], alone[key]), key
+        assert flat == alone_flat
