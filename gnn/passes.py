@@ -31,6 +31,7 @@ class PassTemplate:
     table: np.ndarray  # [nodes, COLUMNS]
     edges: np.ndarray  # [2, k] data dependencies inside the pass, local indices
     end: int  # local index of the node that ends the pass (what later passes depend on)
+    grads_at: int = -1  # a backward: the node that allocates the gradients when it is a stage's first
 
     def __post_init__(self):
         # what placing the pass depends on (gnn.graph caches the placement by it): its size, its nodes' streams
@@ -51,9 +52,9 @@ class _Rows:
             self.edges.append((after, len(self.nodes) - 1))
         return len(self.nodes) - 1
 
-    def done(self, end: int) -> PassTemplate:
+    def done(self, end: int, grads_at: int = -1) -> PassTemplate:
         table = np.array([n.row() for n in self.nodes], dtype=np.float64).reshape(-1, len(COLUMNS))
-        return PassTemplate(table, np.array(self.edges, dtype=np.int64).reshape(-1, 2).T.copy(), end)
+        return PassTemplate(table, np.array(self.edges, dtype=np.int64).reshape(-1, 2).T.copy(), end, grads_at)
 
 
 def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> "PassCompiler":
@@ -132,16 +133,19 @@ class PassCompiler:
         return found
 
     def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
+        if first:
+            # a stage's first backward is any other plus the gradients it allocates (accumulated in place after)
+            other = self.template("B", stage, (False, frees_gather))
+            table = other.table.copy()
+            table[other.grads_at, COL["alloc_bytes"]] += state_bytes(self.w, self.plan, self._params(stage))["grad"]
+            return PassTemplate(table, other.edges, other.end, other.grads_at)
         plan, c, L = self.plan, self.c, self.layers_per_stage
         last_stage = stage == plan.num_stages - 1
         rows, last = _Rows(self), None
-        grads = state_bytes(self.w, plan, self._params(stage))["grad"] if first else 0.0  # accumulated in place after
         if plan.sharding == "fsdp_full":
-            gather = self._fsdp_gather(stage, "backward")
             # FSDP2 writes each unit's gradient shards as its backward ends, while it gathers the next units: the
             # peak comes late in the backward, with most shards written. Charged here, where the gathers start.
-            gather.alloc_bytes, grads = grads, 0.0
-            last = rows.add(gather, last)
+            last = grads_at = rows.add(self._fsdp_gather(stage, "backward"), last)
         if plan.recompute != "none":
             share = 1.0 if plan.recompute == "full" else 0.1  # selective recomputes only cheap pointwise ops
             last = rows.add(Node("attn", "recompute", 0, stage, 0, count=L, flops=share * L * (c.attn_flops + c.mlp_flops),
@@ -155,25 +159,29 @@ class PassCompiler:
             last = rows.add(Node(kind, "backward", 0, stage, 0, count=L, flops=2 * L * flops), last)
         if stage == 0:
             last = rows.add(Node("embed", "backward", 0, stage, 0), last)
-        end = rows.nodes[last]
-        end.free_bytes = self._saved_bytes(stage, frees_gather)
+        rows.nodes[last].free_bytes = self._saved_bytes(stage, frees_gather)
         if plan.sharding.startswith("fsdp") and plan.dp > 1:
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
-            rows.add(Node("fsdp_reducescatter", "backward", 0, stage, 0, message_bytes=self._params(stage) * dtype_bytes(self.w),
-                          group=plan.dp, crosses_node=self.dp_cross, transient_bytes=2 * self._unit_bytes(stage),
-                          alloc_bytes=grads), last)
-        else:
-            end.alloc_bytes += grads
+            scatter = rows.add(Node("fsdp_reducescatter", "backward", 0, stage, 0,
+                                    message_bytes=self._params(stage) * dtype_bytes(self.w), group=plan.dp,
+                                    crosses_node=self.dp_cross, transient_bytes=2 * self._unit_bytes(stage)), last)
+            if plan.sharding != "fsdp_full":
+                grads_at = scatter
+        elif plan.sharding != "fsdp_full":
+            grads_at = last
         if stage > 0:
             last = rows.add(Node("p2p", "backward", 0, stage, 0, message_bytes=c.boundary_bytes, group=2,
                                  crosses_node=self.pp_cross), last)
-        return rows.done(last)
+        return rows.done(last, grads_at)
 
     def step(self, stages: tuple[int, ...]) -> PassTemplate:
-        """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather."""
-        found = self.templates.get(("S", stages))
+        """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
+        Ranks whose stages have the same roles (first, last, neither) share it: gnn.graph writes each rank's
+        own stage into the rows it places."""
+        key = ("S", tuple((s == 0, s == self.num_stages - 1) for s in stages))
+        found = self.templates.get(key)
         if found is None:
-            found = self.templates[("S", stages)] = self._step(stages)
+            found = self.templates[key] = self._step(stages)
         return found
 
     def _step(self, stages: tuple[int, ...]) -> PassTemplate:
