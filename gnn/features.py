@@ -34,59 +34,62 @@ EDGE_DIM = len(EDGE_KINDS)
 _RECOMPUTE = PHASES.index("recompute")
 _LAST_BLOCK = KINDS.index("mlp")  # embed, attn, mlp: the blocks whose count is the stage's layers
 _FEATURE_INDEX = {name: i for i, name in enumerate(NODE_FEATURES)}
-# the columns _pass_totals sums, in its order: each kind's time, then these
-_SUMMED_INDEX = np.array([_FEATURE_INDEX[f] for f in KIND_TIMES + (
-    "log_recompute_us", "log_mflops", "log_message_kb", "log_alloc_mb", "log_free_mb")])
 
 
 def node_features(g: ExecGraph) -> np.ndarray:
     """[passes, NODE_DIM]: per pass, sums over its rows (maxima for the layer count, group size, node crossing
-    and transients, which do not add up along a pass)."""
-    t, view = g.table, g.passes
-    start, n = view.start, len(t)
-    summed, largest = _pass_totals(t, np.append(start, n))
-    x = np.zeros((len(start), NODE_DIM), dtype=np.float32)
-    x[np.arange(len(start)), view.phase] = 1
-    x[:, _SUMMED_INDEX] = np.log1p(summed)
-    placed = t[start]
-    stage = placed[:, COL["stage"]]
-    for name, values in (("log_layers", np.log1p(largest[:, 0])), ("log2_group", largest[:, 1]),
-                         ("crosses_node", largest[:, 2]), ("log_transient_mb", np.log1p(largest[:, 3])),
-                         ("first_stage", stage == 0), ("last_stage", stage == g.plan.num_stages - 1),
-                         ("log_nodes", np.log1p(np.diff(np.append(start, n)))), ("stage_frac", stage / g.plan.num_stages),
-                         ("microbatch_frac", np.maximum(placed[:, COL["microbatch"]], -1) / g.plan.num_microbatches)):
-        x[:, _FEATURE_INDEX[name]] = values
-    return x
+    and transients, which do not add up along a pass), then logs where magnitudes span decades."""
+    view = g.passes
+    x = _pass_rows(g.table, np.append(view.start, len(g.table)), view.phase, g.plan.num_stages, g.plan.num_microbatches)
+    x[:, _LOG1P_INDEX] = np.log1p(x[:, _LOG1P_INDEX])
+    return x.astype(np.float32)
 
 
-_K, _PHASE, _TIME, _FLOPS, _COUNT, _MESSAGE, _GROUP, _CROSSES, _ALLOC, _FREE, _TRANSIENT = (
+_K, _PHASE, _TIME, _FLOPS, _COUNT, _MESSAGE, _GROUP, _CROSSES, _ALLOC, _FREE, _TRANSIENT, _STAGE, _MICROBATCH = (
     COL[c] for c in ("kind", "phase", "est_time", "flops", "count", "message_bytes", "group", "crosses_node",
-                     "alloc_bytes", "free_bytes", "transient_bytes"))
+                     "alloc_bytes", "free_bytes", "transient_bytes", "stage", "microbatch"))
+# the features _pass_rows fills, by position: each kind's time, then these sums, maxima and positions
+_KIND_TIME_INDEX = np.array([_FEATURE_INDEX[f] for f in KIND_TIMES])
+(_RECOMPUTE_US, _MFLOPS, _MESSAGE_KB, _ALLOC_MB, _FREE_MB, _LAYERS, _GROUP_LOG2, _CROSSES_NODE, _TRANSIENT_MB,
+ _FIRST, _LAST, _NODES, _STAGE_FRAC, _MICROBATCH_FRAC) = (_FEATURE_INDEX[f] for f in (
+    "log_recompute_us", "log_mflops", "log_message_kb", "log_alloc_mb", "log_free_mb", "log_layers", "log2_group",
+    "crosses_node", "log_transient_mb", "first_stage", "last_stage", "log_nodes", "stage_frac", "microbatch_frac"))
+_LOG1P_INDEX = np.array([*_KIND_TIME_INDEX, _RECOMPUTE_US, _MFLOPS, _MESSAGE_KB, _ALLOC_MB, _FREE_MB, _LAYERS,
+                         _TRANSIENT_MB, _NODES])
 
 
 @njit(cache=True)
-def _pass_totals(t: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pass (rows bounds[p] to bounds[p + 1]): the sums of _SUMMED_INDEX's quantities (each kind's time,
-    recompute time, MFLOP, KB moved, MB allocated and freed), and the maxima of the layer count, log2 group,
-    node crossing and transient MB. One loop in row order, where numpy took ~40 calls."""
-    passes, kinds = len(bounds) - 1, len(KINDS)
-    summed, largest = np.zeros((passes, kinds + 5)), np.zeros((passes, 4))
+def _pass_rows(t: np.ndarray, bounds: np.ndarray, phase: np.ndarray, num_stages: int,
+               num_microbatches: int) -> np.ndarray:
+    """[passes, NODE_DIM] float64 before the logs: for pass p (rows bounds[p] to bounds[p + 1]) its phase, the
+    sums of each kind's time (us), recompute time, MFLOP, KB moved, MB allocated and freed, the maxima of the
+    layer count, log2 group, node crossing and transient MB, its stage's role and place, its micro-batch's
+    place and its row count. One loop in row order, where numpy took ~50 calls per graph."""
+    passes = len(bounds) - 1
+    x = np.zeros((passes, NODE_DIM))
     for p in range(passes):
+        row = x[p]
+        row[phase[p]] = 1.0
         for i in range(bounds[p], bounds[p + 1]):
             kind, time = int(t[i, _K]), t[i, _TIME] * 1e6
-            row = summed[p]
-            row[kind] += time
-            row[kinds] += time if t[i, _PHASE] == _RECOMPUTE else 0.0
-            row[kinds + 1] += t[i, _FLOPS] / 1e6
-            row[kinds + 2] += t[i, _COUNT] * t[i, _MESSAGE] / 1e3
-            row[kinds + 3] += t[i, _ALLOC] / 1e6
-            row[kinds + 4] += t[i, _FREE] / 1e6
-            top = largest[p]
-            top[0] = max(top[0], t[i, _COUNT] if kind <= _LAST_BLOCK else 0.0)
-            top[1] = max(top[1], np.log2(t[i, _GROUP]))
-            top[2] = max(top[2], t[i, _CROSSES])
-            top[3] = max(top[3], t[i, _TRANSIENT] / 1e6)
-    return summed, largest
+            row[_KIND_TIME_INDEX[kind]] += time
+            row[_RECOMPUTE_US] += time if t[i, _PHASE] == _RECOMPUTE else 0.0
+            row[_MFLOPS] += t[i, _FLOPS] / 1e6
+            row[_MESSAGE_KB] += t[i, _COUNT] * t[i, _MESSAGE] / 1e3
+            row[_ALLOC_MB] += t[i, _ALLOC] / 1e6
+            row[_FREE_MB] += t[i, _FREE] / 1e6
+            row[_LAYERS] = max(row[_LAYERS], t[i, _COUNT] if kind <= _LAST_BLOCK else 0.0)
+            row[_GROUP_LOG2] = max(row[_GROUP_LOG2], np.log2(t[i, _GROUP]))
+            row[_CROSSES_NODE] = max(row[_CROSSES_NODE], t[i, _CROSSES])
+            row[_TRANSIENT_MB] = max(row[_TRANSIENT_MB], t[i, _TRANSIENT] / 1e6)
+        first = bounds[p]
+        stage = t[first, _STAGE]
+        row[_FIRST] = 1.0 if stage == 0 else 0.0
+        row[_LAST] = 1.0 if stage == num_stages - 1 else 0.0
+        row[_NODES] = bounds[p + 1] - first
+        row[_STAGE_FRAC] = stage / num_stages
+        row[_MICROBATCH_FRAC] = max(t[first, _MICROBATCH], -1.0) / num_microbatches
+    return x
 
 
 def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
