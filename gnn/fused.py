@@ -9,6 +9,7 @@ result matches running the members one by one to float rounding (tests/unit/test
 """
 from __future__ import annotations
 
+import ctypes
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -164,9 +165,35 @@ def physics_offsets(members: nn.ModuleList, u: torch.Tensor) -> torch.Tensor:
     return torch.stack([model.physics_offset(u * m.u_mask) for m, model in zip(members, models)])
 
 
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed blocks of up to 64 MiB for reuse, once per process.
+
+    By default it maps blocks over 128 KiB (or the largest one freed so far) fresh from the OS and returns
+    them on free, so each of the forward pass's ~2 MB intermediates is touched page by page for the first
+    time, at ~2.5 us a page here: zeroing a fresh 2.2 MB buffer took 1.36 ms. Kept, the forward pass took
+    17% less CPU (278-294 against 333-363 us per plan, 3 runs of the demo's 960 plans, one thread). The price
+    is that the process keeps up to its peak heap. Nothing to do where the C library is not glibc.
+    """
+    global _MEMORY_KEPT
+    if _MEMORY_KEPT:
+        return
+    _MEMORY_KEPT = True
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, 64 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 256 << 20)
+    except (OSError, AttributeError):  # macOS, musl: not glibc
+        pass
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_MEMORY_KEPT = False
+
+
 def forward_members(members: nn.ModuleList, batch, physics: torch.Tensor | None = None) -> torch.Tensor:
     """[M, n_graphs, 3]: what ``torch.stack([m(batch) for m in members])`` computes. ``physics``: the members'
     physics_offsets for this batch, when the caller has them already."""
+    keep_freed_memory()
     weights = _weights(members)
     inputs = weights["inputs"]
     typed = _typed_aggregation(batch) if batch.edge_index.shape[1] >= TYPED_FROM else None
