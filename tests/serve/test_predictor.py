@@ -35,3 +35,24 @@ def test_featurize_returns_each_plans_own_graph_in_order(predictor):
         for key in ("x", "edge_index", "edge_attr", "u"):
             assert torch.equal(graph[key], alone[key]), key
         assert flat == alone_flat
+
+
+def test_chunks_are_handed_out_from_both_ends_each_exactly_once():
+    import threading
+
+    from gnn.predictor import _Ends
+
+    ends, taken = _Ends(1000), {"front": [], "back": []}
+
+    def take(side):
+        while (index := getattr(ends, f"take_{side}")()) is not None:
+            taken[side].append(index)
+
+    threads = [threading.Thread(target=take, args=(side,)) for side in ("front", "back")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken["front"] + taken["back"]) == list(range(1000))
+    assert taken["front"] == sorted(taken["front"]) and taken["back"] == sorted(taken["back"], reverse=True)
+    assert ends.take_front() is None and ends.take_back() is None
