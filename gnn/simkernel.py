@@ -152,3 +152,17 @@ def busy_and_idle(start: np.ndarray, end: np.ndarray, rank: np.ndarray, stream: 
         idle += max(0.0, gap1[k] - gap0[k])
     exposed = _merged_length_overlap(gap0, gap1, np.array(comm0), np.array(comm1))
     return busy, critical, exposed, max(0.0, idle - exposed)
+
+
+@njit(cache=True)
+def simulate_table(table: np.ndarray, est_col: int, alloc_col: int, free_col: int, transient_col: int,
+                   comm_rank: np.ndarray, indptr: np.ndarray, succ: np.ndarray, waiting: np.ndarray,
+                   rank: np.ndarray, stream: np.ndarray, static: np.ndarray, num_streams: int):
+    """The schedule, the busy and idle times and the memory replay of a graph's node table, in one call: a
+    plan's featurisation makes two, where three calls and their column copies cost ~15 us each."""
+    est = table[:, est_col].copy()
+    start, end = event_schedule(est, comm_rank, indptr, succ, waiting.copy(), static.shape[0])
+    busy, critical, exposed, bubble = busy_and_idle(start, end, rank, stream, est, static.shape[0], num_streams)
+    peaks = replay_peaks(start, rank, table[:, alloc_col].copy(), table[:, free_col].copy(),
+                         table[:, transient_col].copy(), static)
+    return start, end, busy, critical, exposed, bubble, peaks

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnn.graph import NUM_STREAMS, ExecGraph
-from gnn.simkernel import busy_and_idle, event_schedule, replay_peaks
+from gnn.graph import COL, NUM_STREAMS, ExecGraph
+from gnn.simkernel import simulate_table
 
 
 @dataclass
@@ -45,11 +45,11 @@ class SimResult:
 def simulate(g: ExecGraph) -> SimResult:
     """Event-driven: start ready nodes, advance to the next completion, re-share bandwidth (gnn.simkernel)."""
     arrays = _structure(g)
-    start, end = event_schedule(g.column("est_time").copy(), arrays["comm_rank"], arrays["indptr"], arrays["successors"],
-                                arrays["waiting"].copy(), g.num_ranks)
-    busy, critical, exposed, bubble = busy_and_idle(start, end, arrays["rank"], arrays["stream"],
-                                                    g.column("est_time"), g.num_ranks, NUM_STREAMS)
-    peaks = _replay_memory(g, start, arrays["rank"])
+    start, end, busy, critical, exposed, bubble, peaks = simulate_table(
+        g.table, COL["est_time"], COL["alloc_bytes"], COL["free_bytes"], COL["transient_bytes"], arrays["comm_rank"],
+        arrays["indptr"], arrays["successors"], arrays["waiting"], arrays["rank"], arrays["stream"],
+        np.array(g.static_bytes, dtype=np.float64), NUM_STREAMS)
+    peaks = peaks.tolist()
     return SimResult(float(end.max(initial=0.0)), max(peaks), peaks, float(busy[critical, 0]),
                      float(busy[critical, 1:].sum()), exposed, bubble, start, end)
 
@@ -70,10 +70,3 @@ def _structure(g: ExecGraph) -> dict[str, np.ndarray]:
             "indptr": indptr, "successors": dst[order].copy(), "waiting": np.bincount(dst, minlength=n).astype(np.int64),
             "rank": rank, "stream": stream, "comm_rank": np.where(stream > 0, rank, -1)}
     return found
-
-
-def _replay_memory(g: ExecGraph, start: np.ndarray, rank: np.ndarray) -> list[float]:
-    peaks = replay_peaks(start, rank, g.column("alloc_bytes").copy(),
-                         g.column("free_bytes").copy(), g.column("transient_bytes").copy(),
-                         np.array(g.static_bytes, dtype=np.float64))
-    return peaks.tolist()
