@@ -66,18 +66,27 @@ def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluste
            plan.sequence_parallel)
     found = cache.get(key)
     if found is None or found.hw is not hw:
-        found = cache[key] = PassCompiler(w, plan, cluster, hw)
+        found = cache[key] = PassCompiler(w, plan, cluster, hw, cache.setdefault(_SHARED, {}))
     return found
 
 
+_SHARED = ("templates",)  # the key, in a shared_compiler cache, of the templates its compilers share
+
+
 class PassCompiler:
-    def __init__(self, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel):
+    def __init__(self, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, shared: dict | None = None):
+        """``shared``: templates shared with the other compilers of a batch, by what their rows depend on
+        (``template``, ``step``)."""
         self.w, self.plan, self.hw = w, plan, hw
         self.c: BlockCosts = block_costs(w, plan)
         self.num_stages = plan.num_stages  # a computed property of the plan: read once, it is read per pass
         self.layers_per_stage = w.layers // self.num_stages
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
         self.templates: dict[tuple, PassTemplate] = {}
+        self.shared = {} if shared is None else shared
+        # what a forward or backward pass depends on besides its stage role, variant and FSDP (see template)
+        self._passes_key = (id(hw), w, cluster, plan.dp, plan.tp, plan.pp, plan.virtual_stages, plan.recompute,
+                            plan.sequence_parallel)
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
         per_node = cluster.devices_per_node
@@ -88,11 +97,24 @@ class PassCompiler:
 
     def template(self, phase: str, stage: int, variant: tuple[bool, ...]) -> PassTemplate:
         """A forward or backward pass (variants: gnn.layout.variant). Stages in the middle of the pipeline hold
-        the same blocks, so one template serves every stage of a role (first, middle, last)."""
+        the same blocks, so one template serves every stage of a role (first, middle, last). Plans of a batch
+        that differ only in how they shard the optimizer state share it: a pass reads the sharding only where
+        FSDP gathers, reduce-scatters or charges the gradients to its gather (a stage's first backward, which
+        charges the gradients, is derived per plan)."""
         key = (phase, stage == 0, stage == self.num_stages - 1, *variant)
         found = self.templates.get(key)
         if found is None:
-            found = self.templates[key] = (self._forward if phase == "F" else self._backward)(stage, *variant)
+            if phase == "B" and variant[0]:
+                found = self._backward(stage, *variant)
+            else:
+                sharding, fsdp = self.plan.sharding, self.plan.sharding.startswith("fsdp")
+                reads = (sharding if variant[0] else None) if phase == "F" else (
+                    sharding == "fsdp_full", fsdp and self.plan.dp > 1)
+                shared_key = (self._passes_key, key, reads)
+                found = self.shared.get(shared_key)
+                if found is None:
+                    found = self.shared[shared_key] = (self._forward if phase == "F" else self._backward)(stage, *variant)
+            self.templates[key] = found
         return found
 
     # --- the passes ----------------------------------------------------------------------------------------
@@ -176,12 +198,15 @@ class PassCompiler:
 
     def step(self, stages: tuple[int, ...]) -> PassTemplate:
         """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
-        Ranks whose stages have the same roles (first, last, neither) share it: gnn.graph writes each rank's
-        own stage into the rows it places."""
-        key = ("S", tuple((s == 0, s == self.num_stages - 1) for s in stages))
-        found = self.templates.get(key)
+        Its rows depend on the parameters held, how they are sharded and reduced, and the hardware, not on the
+        schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
+        stages have the same roles (gnn.graph writes each rank's own stage into the rows it places)."""
+        plan = self.plan
+        key = ("S", id(self.hw), self.w, plan.tp, plan.dp, plan.sharding, self.layers_per_stage, self.dp_cross,
+               tuple((s == 0, s == self.num_stages - 1) for s in stages))
+        found = self.shared.get(key)
         if found is None:
-            found = self.templates[key] = self._step(stages)
+            found = self.shared[key] = self._step(stages)
         return found
 
     def _step(self, stages: tuple[int, ...]) -> PassTemplate:

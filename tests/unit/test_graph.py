@@ -186,18 +186,24 @@ def test_hand_built_graph_is_its_own_pass_graph():
     assert np.array_equal(again.passes.edge_index, again.edge_index)
 
 
-def test_plans_of_a_batch_share_compilers_without_changing_their_graphs():
-    """Plans that differ only in their pipeline schedule share a pass compiler; their graphs and simulations are
+def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_graphs():
+    """Plans that differ only in their pipeline schedule share a pass compiler, and plans that differ only in
+    how they shard share the passes and optimizer steps that do not read it; their graphs and simulations are
     those of fresh compilers."""
+    from gnn.passes import PassCompiler
     from gnn.truncate import simulate_plan
 
     hw, cache = UnitHardware(), {}
-    plans = [dict(pp=2, dp=2, pp_schedule=s, num_microbatches=8, sharding="fsdp_grad_op")
-             for s in ("1f1b", "gpipe", "1f1b")] + [dict(pp=2, dp=2, num_microbatches=8)]
+    plans = [dict(pp=pp, dp=dp, pp_schedule=schedule, num_microbatches=8, sharding=sharding, recompute=recompute)
+             for pp, schedule in ((1, None), (2, "1f1b"), (2, "gpipe"), (4, "1f1b")) for dp in (1, 2)
+             for sharding in ("none", "zero1", "fsdp_grad_op", "fsdp_full") for recompute in ("none", "full")]
     for plan in plans:
         _, spec = graph(**plan)
         shared, shared_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, cache)
         fresh, fresh_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw)
-        assert np.array_equal(shared.table, fresh.table) and np.array_equal(shared.edge_index, fresh.edge_index)
-        assert shared_sim.iter_time_s == fresh_sim.iter_time_s and shared_sim.peak_mem_bytes == fresh_sim.peak_mem_bytes
-    assert len(cache) == 2  # one compiler per sharding; the three grad_op plans share theirs
+        assert np.array_equal(shared.table, fresh.table) and np.array_equal(shared.edge_index, fresh.edge_index), plan
+        assert shared_sim.iter_time_s == fresh_sim.iter_time_s and shared_sim.peak_mem_per_rank == fresh_sim.peak_mem_per_rank
+    compilers = [c for c in cache.values() if isinstance(c, PassCompiler)]
+    assert len(compilers) == len(plans) - 2 * 4 * 2  # the two schedules of pp 2 share a compiler (per dp, sharding, recompute)
+    placed = [t for c in compilers for t in c.templates.values()]
+    assert len({id(t) for t in placed}) < 0.8 * len(placed)
