@@ -102,21 +102,41 @@ def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
 
 def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, float]:
     """Flat plan, workload and hardware features (the tabular baseline's input)."""
-    w, p, c = spec.workload, spec.plan, spec.cluster
-    f = {f"log2_{k}": math.log2(getattr(p, k)) for k in ("dp", "tp", "pp", "virtual_stages", "num_microbatches")}
-    f.update({f"sharding_{s}": float(p.sharding == s) for s in SHARDINGS})
-    f.update({f"recompute_{r}": float(p.recompute == r) for r in RECOMPUTES})
-    f.update({f"schedule_{s}": float(p.pp_schedule == s) for s in SCHEDULES})
-    f.update({"sequence_parallel": float(p.sequence_parallel), "log_mbs": math.log2(w.micro_batch_size),
-              "log_layers": math.log(w.layers), "log_hidden": math.log(w.hidden), "log_heads": math.log(w.heads),
-              "log_seq": math.log(w.seq_len), "log_vocab": math.log(w.vocab), "dtype_bytes": dtype_bytes(w),
-              "log_params": math.log(w.num_params), "log_world": math.log2(c.world_size),
-              "log_capacity": math.log(c.memory_bytes), "cuda": float(c.device == "cuda"),
-              "log_flops_per_s": math.log(hw.compute_time(1.0, w.dtype) ** -1),
-              "log_mem_bw": math.log(hw.memory_bandwidth),
-              "log_analytic_mem": math.log(analytic_peak_bytes(w, p))})
+    w, p = spec.workload, spec.plan
+    f = {name: math.log2(getattr(p, k)) for name, k in _LOG2_DEGREES}
+    f.update({name: float(p.sharding == s) for name, s in _SHARDING_NAMES})
+    f.update({name: float(p.recompute == r) for name, r in _RECOMPUTE_NAMES})
+    f.update({name: float(p.pp_schedule == s) for name, s in _SCHEDULE_NAMES})
+    f["sequence_parallel"] = float(p.sequence_parallel)
+    f.update(_setting_features(w, spec.cluster, hw))
+    f["log_analytic_mem"] = math.log(analytic_peak_bytes(w, p))
     f.update({k: float(v) for k, v in flags.items()})
     return f
+
+
+_LOG2_DEGREES = tuple((f"log2_{k}", k) for k in ("dp", "tp", "pp", "virtual_stages", "num_microbatches"))
+_SHARDING_NAMES = tuple((f"sharding_{s}", s) for s in SHARDINGS)
+_RECOMPUTE_NAMES = tuple((f"recompute_{r}", r) for r in RECOMPUTES)
+_SCHEDULE_NAMES = tuple((f"schedule_{s}", s) for s in SCHEDULES)
+_SETTINGS: dict[tuple, dict[str, float]] = {}
+
+
+def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
+    """The workload's, cluster's and hardware's features: the same for every plan of a search, so computed once
+    per setting (bounded: a process sees few)."""
+    key = (w, cluster, hw)  # the hardware model by identity
+    found = _SETTINGS.get(key)
+    if found is None:
+        if len(_SETTINGS) >= 256:
+            _SETTINGS.clear()
+        found = _SETTINGS[key] = {
+            "log_mbs": math.log2(w.micro_batch_size), "log_layers": math.log(w.layers), "log_hidden": math.log(w.hidden),
+            "log_heads": math.log(w.heads), "log_seq": math.log(w.seq_len), "log_vocab": math.log(w.vocab),
+            "dtype_bytes": dtype_bytes(w), "log_params": math.log(w.num_params),
+            "log_world": math.log2(cluster.world_size), "log_capacity": math.log(cluster.memory_bytes),
+            "cuda": float(cluster.device == "cuda"), "log_flops_per_s": math.log(hw.compute_time(1.0, w.dtype) ** -1),
+            "log_mem_bw": math.log(hw.memory_bandwidth)}
+    return found
 
 
 def sim_features(sim: SimResult) -> dict[str, float]:
