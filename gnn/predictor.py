@@ -37,7 +37,7 @@ from gnn.rows import row_to_spec
 KNOWN = {"vocab_known": True, "dtype_known": True, "sharding_known": True}
 PARALLEL_FROM = 512  # below this many plans a process pool costs more than it saves
 CHUNK = 64  # plans per unit of work: workers featurise chunks while the caller runs the model on earlier ones
-QUEUED_PER_WORKER = 2  # chunks handed to each worker ahead: it never waits for the caller to hand it more
+QUEUED_PER_WORKER = 2  # chunks a worker holds ahead, so it never waits between chunks
 
 
 RUNTIME = ("_pool", "_pool_size", "_workers_ready", "_lock", "_threads_users", "_threads_before")

@@ -56,3 +56,13 @@ def test_chunks_are_handed_out_from_both_ends_each_exactly_once():
     assert sorted(taken["front"] + taken["back"]) == list(range(1000))
     assert taken["front"] == sorted(taken["front"]) and taken["back"] == sorted(taken["back"], reverse=True)
     assert ends.take_front() is None and ends.take_back() is None
+
+
+def test_a_failing_chunk_raises_in_the_caller_and_the_workers_stay_usable(predictor):
+    import pytest
+
+    specs = _specs(2 * CHUNK + 1)
+    with pytest.raises(ValueError, match="no preset of that name"):
+        predictor.predict_columns(specs, "no-such-hardware", workers=1)
+    again = predictor.predict_columns(specs, "a100-80gb", workers=1)
+    assert np.isfinite(again["iter_time_s"]).all()
