@@ -61,12 +61,14 @@ class Ensemble(nn.Module):
         [n, 2] the physics base the members correct (log time, log memory)."""
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
-        parts = [self._raw_batch(pack(chunk) if fused else Batch.from_data_list(chunk), fused)
-                 for chunk in ([graphs[i] for i in range(start, stop)]
-                               for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes))]
+        parts = []
+        for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes):
+            chunk = [graphs[i] for i in range(start, stop)]
+            parts.append(self._raw_batch(pack(chunk) if fused else Batch.from_data_list(chunk), fused))
         if not parts:
             return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int), np.zeros((0, 2))
-        return tuple(np.concatenate(p, axis=a) for p, a in zip(zip(*parts), (1, 0, 0)))
+        outs, domains, bases = zip(*parts)
+        return np.concatenate(outs, axis=1), np.concatenate(domains), np.concatenate(bases)
 
     @torch.inference_mode()
     def raw_packed(self, batch: Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

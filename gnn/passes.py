@@ -97,25 +97,29 @@ class PassCompiler:
 
     def template(self, phase: str, stage: int, variant: tuple[bool, ...]) -> PassTemplate:
         """A forward or backward pass (variants: gnn.layout.variant). Stages in the middle of the pipeline hold
-        the same blocks, so one template serves every stage of a role (first, middle, last). Plans of a batch
-        that differ only in how they shard the optimizer state share it: a pass reads the sharding only where
-        FSDP gathers, reduce-scatters or charges the gradients to its gather (a stage's first backward, which
-        charges the gradients, is derived per plan)."""
+        the same blocks, so one template serves every stage of a role (first, middle, last), and plans of a batch
+        that agree on all the pass reads of them (``_sharding_read``) share it."""
         key = (phase, stage == 0, stage == self.num_stages - 1, *variant)
         found = self.templates.get(key)
         if found is None:
-            if phase == "B" and variant[0]:
+            if phase == "B" and variant[0]:  # a stage's first backward: per plan, it charges the gradients
                 found = self._backward(stage, *variant)
             else:
-                sharding, fsdp = self.plan.sharding, self.plan.sharding.startswith("fsdp")
-                reads = (sharding if variant[0] else None) if phase == "F" else (
-                    sharding == "fsdp_full", fsdp and self.plan.dp > 1)
-                shared_key = (self._passes_key, key, reads)
+                shared_key = (self._passes_key, key, self._sharding_read(phase, variant))
                 found = self.shared.get(shared_key)
                 if found is None:
                     found = self.shared[shared_key] = (self._forward if phase == "F" else self._backward)(stage, *variant)
             self.templates[key] = found
         return found
+
+    def _sharding_read(self, phase: str, variant: tuple[bool, ...]):
+        """What a forward or (not first) backward pass reads of the plan's sharding: a forward, only which FSDP
+        mode gathers for it, if it gathers; a backward, whether FSDP fully shards (it gathers, and charges the
+        gradients there) and whether it reduce-scatters."""
+        plan = self.plan
+        if phase == "F":
+            return plan.sharding if variant[0] else None
+        return plan.sharding == "fsdp_full", plan.sharding.startswith("fsdp") and plan.dp > 1
 
     # --- the passes ----------------------------------------------------------------------------------------
 
