@@ -216,10 +216,15 @@ def forward_members(members: nn.ModuleList, batch, physics: torch.Tensor | None 
     return torch.baddbmm(b_out, z, w_out) + physics
 
 
+def _both_ways(batch) -> torch.Tensor:
+    """[2, 2E]: every edge, then its reverse (gnn.model.PlanGNN.body): sources, targets."""
+    return torch.cat([batch.edge_index, batch.edge_index.flip(0)], dim=1)
+
+
 def _directed(batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every edge and its reverse (gnn.model.PlanGNN.body): sources, targets, attributes with the reverse flag."""
+    """_both_ways's sources and targets, and their attributes with the reverse flag."""
     flag = torch.zeros(batch.edge_attr.shape[0], 1)
-    src, dst = torch.cat([batch.edge_index, batch.edge_index.flip(0)], dim=1)
+    src, dst = _both_ways(batch)
     attrs = torch.cat([torch.cat([batch.edge_attr, flag], 1), torch.cat([batch.edge_attr, 1 - flag], 1)])
     return src, dst, attrs
 
@@ -257,7 +262,7 @@ def _typed_aggregation(batch):
         return None
     kinds, n = attr.shape[1], batch.x.shape[0]
     kind = attr.argmax(1)
-    src, dst = torch.cat([batch.edge_index, batch.edge_index.flip(0)], dim=1)
+    src, dst = _both_ways(batch)
     adjacency = _adjacency_per_type(src, dst, torch.cat([kind, kind + kinds]), 2 * kinds, n)
     eye = torch.eye(kinds)
     embeddings_in = torch.cat([torch.cat([eye, torch.zeros(kinds, 1)], 1), torch.cat([eye, torch.ones(kinds, 1)], 1)])
