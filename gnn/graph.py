@@ -49,8 +49,8 @@ NUM_STREAMS = 3
 COLUMNS = ("kind", "phase", "rank", "stage", "microbatch", "count", "flops", "message_bytes", "group",
            "crosses_node", "alloc_bytes", "free_bytes", "transient_bytes", "est_time", "stream")
 COL = {name: i for i, name in enumerate(COLUMNS)}
-_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
-_PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 
 @dataclass(slots=True)
@@ -75,7 +75,7 @@ class Node:
         self.stream = STREAMS.get(self.kind, 0)
 
     def row(self) -> tuple:
-        return (_KIND_INDEX[self.kind], _PHASE_INDEX[self.phase], self.rank, self.stage, self.microbatch, self.count,
+        return (KIND_INDEX[self.kind], PHASE_INDEX[self.phase], self.rank, self.stage, self.microbatch, self.count,
                 self.flops, self.message_bytes, self.group, float(self.crosses_node), self.alloc_bytes,
                 self.free_bytes, self.transient_bytes, self.est_time, self.stream)
 
@@ -150,9 +150,10 @@ class ExecGraph:
 
 def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, compiler=None) -> ExecGraph:
     """``compiler``: a gnn.passes.PassCompiler for the same plan up to its micro-batch count, to share its passes."""
-    from gnn.passes import PassCompiler  # the passes need this module's constants
+    if compiler is None:
+        from gnn.passes import PassCompiler  # the passes need this module's constants
 
-    compiler = compiler or PassCompiler(w, plan, cluster, hw)
+        compiler = PassCompiler(w, plan, cluster, hw)
     layout = plan_layout(plan)
     templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
     key = (layout.key, *(t.shape for t in templates))

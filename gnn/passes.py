@@ -17,7 +17,7 @@ import numpy as np
 from collect.schema import Cluster, Plan, Workload
 from gnn.costs import (BlockCosts, block_costs, dtype_bytes, largest_param, saved_bytes_per_layer, stage_params,
                        state_bytes)
-from gnn.graph import COL, COLUMNS, COMM_KINDS, KINDS, Node
+from gnn.graph import COL, COLUMNS, COMM_KINDS, KIND_INDEX, KINDS, PHASE_INDEX, STREAMS
 from gnn.hardware_model import HardwareModel
 
 COLLECTIVE = {"dp_comm": "all_reduce", "fsdp_allgather": "all_gather", "fsdp_reducescatter": "reduce_scatter",
@@ -32,29 +32,44 @@ class PassTemplate:
     edges: np.ndarray  # [2, k] data dependencies inside the pass, local indices
     end: int  # local index of the node that ends the pass (what later passes depend on)
     grads_at: int = -1  # a backward: the node that allocates the gradients when it is a stage's first
+    kept_bytes: float = 0.0  # what its nodes allocate and keep, FSDP's gathers aside: a forward's activations
+    # what placing the pass depends on (gnn.graph caches the placement by it): its size, its nodes' streams and
+    # its edges, not its costs. Computed unless given (a copy with other costs has its original's).
+    shape: tuple | None = None
 
     def __post_init__(self):
-        # what placing the pass depends on (gnn.graph caches the placement by it): its size, its nodes' streams
-        # and its edges, not its costs
-        self.shape = (len(self.table), self.table[:, COL["stream"]].tobytes(), self.edges.tobytes(), self.end)
+        if self.shape is None:
+            self.shape = (len(self.table), self.table[:, COL["stream"]].tobytes(), self.edges.tobytes(), self.end)
 
 
 class _Rows:
-    """Nodes of one pass in order, with their data dependencies; the first node takes the pass's outside ones."""
+    """Rows of one pass in order, with their data dependencies; the first row takes the pass's outside ones.
+    Rows are lists in COLUMNS order (rank and micro-batch 0: gnn.graph writes where each pass is placed), not
+    Node objects: a plan compiles ~5 passes of ~5 rows, and an object per row cost a fifth of featurising."""
 
     def __init__(self, compiler: "PassCompiler"):
-        self.compiler, self.nodes, self.edges = compiler, [], []
+        self.compiler, self.rows, self.sources, self.targets = compiler, [], [], []
 
-    def add(self, node: Node, after: int | None) -> int:
-        node.est_time = self.compiler.estimate(node)
-        self.nodes.append(node)
+    def add(self, after: int | None, kind: str, phase: str, stage: int, *, count: int = 1, flops: float = 0.0,
+            message_bytes: float = 0.0, group: int = 1, crosses_node: bool = False, alloc_bytes: float = 0.0,
+            transient_bytes: float = 0.0) -> int:
+        """A node after node ``after`` (None: the pass's first); returns its index. Fields as gnn.graph.Node."""
+        est = self.compiler.estimate(kind, count, flops, message_bytes, group, crosses_node)
+        self.rows.append([KIND_INDEX[kind], PHASE_INDEX[phase], 0, stage, 0, count, flops, message_bytes, group,
+                          float(crosses_node), alloc_bytes, 0.0, transient_bytes, est, STREAMS.get(kind, 0)])
         if after is not None:
-            self.edges.append((after, len(self.nodes) - 1))
-        return len(self.nodes) - 1
+            self.sources.append(after)
+            self.targets.append(len(self.rows) - 1)
+        return len(self.rows) - 1
+
+    def set(self, index: int, column: str, value: float) -> None:
+        self.rows[index][COL[column]] = value
 
     def done(self, end: int, grads_at: int = -1) -> PassTemplate:
-        table = np.array([n.row() for n in self.nodes], dtype=np.float64).reshape(-1, len(COLUMNS))
-        return PassTemplate(table, np.array(self.edges, dtype=np.int64).reshape(-1, 2).T.copy(), end, grads_at)
+        table = np.array(self.rows, dtype=np.float64).reshape(-1, len(COLUMNS))
+        kind, alloc = COL["kind"], COL["alloc_bytes"]
+        kept = sum(row[alloc] for row in self.rows if row[kind] != _GATHER)
+        return PassTemplate(table, np.array([self.sources, self.targets], dtype=np.int64), end, grads_at, float(kept))
 
 
 def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> "PassCompiler":
@@ -84,9 +99,12 @@ class PassCompiler:
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
         self.templates: dict[tuple, PassTemplate] = {}
         self.shared = {} if shared is None else shared
-        # what a forward or backward pass depends on besides its stage role, variant and FSDP (see template)
-        self._passes_key = (id(hw), w, cluster, plan.dp, plan.tp, plan.pp, plan.virtual_stages, plan.recompute,
-                            plan.sequence_parallel)
+        # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,
+        # variants and sharding (see template, step): looked up once here, as the key holds the workload and
+        # cluster, whose hashes and comparisons are costly
+        self._shared_passes = self.shared.setdefault((id(hw), w, cluster, plan.dp, plan.tp, plan.pp,
+                                                      plan.virtual_stages, plan.recompute, plan.sequence_parallel), {})
+        self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
         per_node = cluster.devices_per_node
@@ -105,10 +123,10 @@ class PassCompiler:
             if phase == "B" and variant[0]:  # a stage's first backward: per plan, it charges the gradients
                 found = self._backward(stage, *variant)
             else:
-                shared_key = (self._passes_key, key, self._sharding_read(phase, variant))
-                found = self.shared.get(shared_key)
+                shared_key = (key, self._sharding_read(phase, variant))
+                found = self._shared_passes.get(shared_key)
                 if found is None:
-                    found = self.shared[shared_key] = (self._forward if phase == "F" else self._backward)(stage, *variant)
+                    found = self._shared_passes[shared_key] = (self._forward if phase == "F" else self._backward)(stage, *variant)
             self.templates[key] = found
         return found
 
@@ -127,20 +145,20 @@ class PassCompiler:
         plan, c, L = self.plan, self.c, self.layers_per_stage
         rows, last = _Rows(self), None
         if gathers:
-            last = rows.add(self._fsdp_gather(stage, "forward"), last)
+            last = self._fsdp_gather(rows, last, stage, "forward")
         if stage == 0:
-            last = rows.add(Node("embed", "forward", 0, stage, 0, flops=0.0, alloc_bytes=c.boundary_bytes), last)
+            last = rows.add(last, "embed", "forward", stage, alloc_bytes=c.boundary_bytes)
         saved = saved_bytes_per_layer(c, plan)
         for kind, flops in (("attn", c.attn_flops), ("mlp", c.mlp_flops)):
-            last = rows.add(Node(kind, "forward", 0, stage, 0, count=L, flops=L * flops, alloc_bytes=L * saved / 2), last)
+            last = rows.add(last, kind, "forward", stage, count=L, flops=L * flops, alloc_bytes=L * saved / 2)
             if plan.tp > 1:
-                last = rows.add(self._tp_comm(stage, "forward"), last)
+                last = self._tp_comm(rows, last, stage, "forward")
         if stage == plan.num_stages - 1:
-            last = rows.add(Node("head", "forward", 0, stage, 0, flops=c.head_flops, alloc_bytes=c.logits_bytes,
-                                 transient_bytes=2 * c.logits_bytes), last)
+            last = rows.add(last, "head", "forward", stage, flops=c.head_flops, alloc_bytes=c.logits_bytes,
+                            transient_bytes=2 * c.logits_bytes)
         else:
-            last = rows.add(Node("p2p", "forward", 0, stage, 0, message_bytes=c.boundary_bytes, group=2,
-                                 crosses_node=self.pp_cross), last)
+            last = rows.add(last, "p2p", "forward", stage, message_bytes=c.boundary_bytes, group=2,
+                            crosses_node=self.pp_cross)
         return rows.done(last)
 
     def _saved_bytes(self, stage: int, frees_gather: bool) -> float:
@@ -154,8 +172,7 @@ class PassCompiler:
         found = self.activations.get(role)
         if found is None:
             forward = self.templates.get(("F", *role, True)) or self.template("F", stage, (False,))
-            table = forward.table
-            found = self.activations[role] = float(table[table[:, COL["kind"]] != _GATHER, COL["alloc_bytes"]].sum())
+            found = self.activations[role] = forward.kept_bytes
         return found
 
     def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
@@ -164,40 +181,39 @@ class PassCompiler:
             other = self.template("B", stage, (False, frees_gather))
             table = other.table.copy()
             table[other.grads_at, COL["alloc_bytes"]] += state_bytes(self.w, self.plan, self._params(stage))["grad"]
-            return PassTemplate(table, other.edges, other.end, other.grads_at)
+            return PassTemplate(table, other.edges, other.end, other.grads_at, other.kept_bytes, other.shape)
         plan, c, L = self.plan, self.c, self.layers_per_stage
         last_stage = stage == plan.num_stages - 1
         rows, last = _Rows(self), None
         if plan.sharding == "fsdp_full":
             # FSDP2 writes each unit's gradient shards as its backward ends, while it gathers the next units: the
             # peak comes late in the backward, with most shards written. Charged here, where the gathers start.
-            last = grads_at = rows.add(self._fsdp_gather(stage, "backward"), last)
+            last = grads_at = self._fsdp_gather(rows, last, stage, "backward")
         if plan.recompute != "none":
             share = 1.0 if plan.recompute == "full" else 0.1  # selective recomputes only cheap pointwise ops
-            last = rows.add(Node("attn", "recompute", 0, stage, 0, count=L, flops=share * L * (c.attn_flops + c.mlp_flops),
-                                 transient_bytes=c.activation_bytes_per_layer), last)
+            last = rows.add(last, "attn", "recompute", stage, count=L, flops=share * L * (c.attn_flops + c.mlp_flops),
+                            transient_bytes=c.activation_bytes_per_layer)
         if last_stage:
-            last = rows.add(Node("head", "backward", 0, stage, 0, flops=2 * c.head_flops,
-                                 transient_bytes=c.logits_bytes), last)
+            last = rows.add(last, "head", "backward", stage, flops=2 * c.head_flops, transient_bytes=c.logits_bytes)
         for kind, flops in (("mlp", c.mlp_flops), ("attn", c.attn_flops)):
             if plan.tp > 1:
-                last = rows.add(self._tp_comm(stage, "backward"), last)
-            last = rows.add(Node(kind, "backward", 0, stage, 0, count=L, flops=2 * L * flops), last)
+                last = self._tp_comm(rows, last, stage, "backward")
+            last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops)
         if stage == 0:
-            last = rows.add(Node("embed", "backward", 0, stage, 0), last)
-        rows.nodes[last].free_bytes = self._saved_bytes(stage, frees_gather)
+            last = rows.add(last, "embed", "backward", stage)
+        rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))
         if plan.sharding.startswith("fsdp") and plan.dp > 1:
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
-            scatter = rows.add(Node("fsdp_reducescatter", "backward", 0, stage, 0,
-                                    message_bytes=self._params(stage) * dtype_bytes(self.w), group=plan.dp,
-                                    crosses_node=self.dp_cross, transient_bytes=2 * self._unit_bytes(stage)), last)
+            scatter = rows.add(last, "fsdp_reducescatter", "backward", stage,
+                               message_bytes=self._params(stage) * dtype_bytes(self.w), group=plan.dp,
+                               crosses_node=self.dp_cross, transient_bytes=2 * self._unit_bytes(stage))
             if plan.sharding != "fsdp_full":
                 grads_at = scatter
         elif plan.sharding != "fsdp_full":
             grads_at = last
         if stage > 0:
-            last = rows.add(Node("p2p", "backward", 0, stage, 0, message_bytes=c.boundary_bytes, group=2,
-                                 crosses_node=self.pp_cross), last)
+            last = rows.add(last, "p2p", "backward", stage, message_bytes=c.boundary_bytes, group=2,
+                            crosses_node=self.pp_cross)
         return rows.done(last, grads_at)
 
     def step(self, stages: tuple[int, ...]) -> PassTemplate:
@@ -206,11 +222,11 @@ class PassCompiler:
         schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
         stages have the same roles (gnn.graph writes each rank's own stage into the rows it places)."""
         plan = self.plan
-        key = ("S", id(self.hw), self.w, plan.tp, plan.dp, plan.sharding, self.layers_per_stage, self.dp_cross,
+        key = (plan.tp, plan.dp, plan.sharding, self.layers_per_stage, self.dp_cross,
                tuple((s == 0, s == self.num_stages - 1) for s in stages))
-        found = self.shared.get(key)
+        found = self._shared_steps.get(key)
         if found is None:
-            found = self.shared[key] = self._step(stages)
+            found = self._shared_steps[key] = self._step(stages)
         return found
 
     def _step(self, stages: tuple[int, ...]) -> PassTemplate:
@@ -220,17 +236,17 @@ class PassCompiler:
         if plan.dp > 1 and not plan.sharding.startswith("fsdp"):
             grad_bytes = params * dtype_bytes(w)
             buckets = max(1, int(np.ceil(grad_bytes / DDP_BUCKET_BYTES)))
-            last = rows.add(Node("dp_comm", "backward", 0, stages[0], -1, count=buckets,
-                                 message_bytes=grad_bytes / buckets, group=plan.dp, crosses_node=self.dp_cross), last)
+            last = rows.add(last, "dp_comm", "backward", stages[0], count=buckets,
+                            message_bytes=grad_bytes / buckets, group=plan.dp, crosses_node=self.dp_cross)
         shard = plan.dp if plan.sharding != "none" else 1
         # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On
         # CPU it updates one tensor at a time (no foreach kernels), with two temporaries the size of that tensor:
         # the largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight).
-        last = step = rows.add(Node("optimizer", "step", 0, stages[0], -1, flops=10 * params / shard,
-                                    transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w)), last)
+        last = step = rows.add(last, "optimizer", "step", stages[0], flops=10 * params / shard,
+                               transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w))
         if plan.sharding == "zero1" and plan.dp > 1:
-            rows.add(Node("zero_allgather", "step", 0, stages[0], -1, message_bytes=params * dtype_bytes(w) / plan.dp,
-                          group=plan.dp, crosses_node=self.dp_cross), step)
+            rows.add(step, "zero_allgather", "step", stages[0], message_bytes=params * dtype_bytes(w) / plan.dp,
+                     group=plan.dp, crosses_node=self.dp_cross)
         return rows.done(last)
 
     def static_bytes(self) -> list[float]:
@@ -264,7 +280,7 @@ class PassCompiler:
         next."""
         return self._unit_bytes(stage) if self.plan.sharding.startswith("fsdp") and self.plan.dp > 1 else 0.0
 
-    def _fsdp_gather(self, stage: int, phase: str) -> Node:
+    def _fsdp_gather(self, rows: _Rows, after: int | None, stage: int, phase: str) -> int:
         """FSDP2's all-gather of a stage's blocks, one unit at a time (measured on gloo ranks, torch 2.13).
 
         fsdp_full frees each unit after its forward; its backward gathers the next unit while the current one
@@ -275,28 +291,30 @@ class PassCompiler:
         full, plan = self._stage_bytes(stage), self.plan
         keep = plan.sharding == "fsdp_grad_op" and phase == "forward"
         prefetch = 2 if phase == "backward" and plan.dp > 1 else 1
-        return Node("fsdp_allgather", phase, 0, stage, 0, message_bytes=full / plan.dp, group=plan.dp,
-                    crosses_node=self.dp_cross, alloc_bytes=full if keep else 0.0,
-                    transient_bytes=0.0 if keep else prefetch * self._unit_bytes(stage))
+        return rows.add(after, "fsdp_allgather", phase, stage, message_bytes=full / plan.dp, group=plan.dp,
+                        crosses_node=self.dp_cross, alloc_bytes=full if keep else 0.0,
+                        transient_bytes=0.0 if keep else prefetch * self._unit_bytes(stage))
 
-    def _tp_comm(self, stage: int, phase: str) -> Node:
-        return Node("tp_comm", phase, 0, stage, 0, count=self.layers_per_stage, message_bytes=self.c.boundary_bytes,
-                    group=self.plan.tp, crosses_node=self.tp_cross)
+    def _tp_comm(self, rows: _Rows, after: int | None, stage: int, phase: str) -> int:
+        return rows.add(after, "tp_comm", phase, stage, count=self.layers_per_stage,
+                        message_bytes=self.c.boundary_bytes, group=self.plan.tp, crosses_node=self.tp_cross)
 
-    def estimate(self, n: Node) -> float:
-        # the same node recurs across stages and passes: cost each distinct one once
-        key = (n.kind, n.count, n.flops, n.message_bytes, n.group, n.crosses_node)
+    def estimate(self, kind: str, count: int, flops: float, message_bytes: float, group: int,
+                 crosses_node: bool) -> float:
+        """A node's estimated seconds. The same node recurs across stages and passes: each distinct one is costed
+        once."""
+        key = (kind, count, flops, message_bytes, group, crosses_node)
         cost = self.costs.get(key)
         if cost is None:
-            cost = self.costs[key] = self._cost(n)
+            cost = self.costs[key] = self._cost(*key)
         return cost
 
-    def _cost(self, n: Node) -> float:
-        if n.kind in COMM_KINDS:
-            op = COLLECTIVE.get(n.kind) or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
-            per_call = self.hw.comm_time(op, n.message_bytes, n.group, n.crosses_node)
-            if n.kind == "tp_comm" and self.plan.sequence_parallel:
-                per_call += self.hw.comm_time("all_gather", n.message_bytes / n.group, n.group, n.crosses_node)
-            return n.count * per_call
-        return self.hw.compute_time(n.flops, self.w.dtype)
-
+    def _cost(self, kind: str, count: int, flops: float, message_bytes: float, group: int,
+              crosses_node: bool) -> float:
+        if kind in COMM_KINDS:
+            op = COLLECTIVE.get(kind) or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
+            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node)
+            if kind == "tp_comm" and self.plan.sequence_parallel:
+                per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node)
+            return count * per_call
+        return self.hw.compute_time(flops, self.w.dtype)
