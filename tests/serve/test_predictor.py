@@ -66,3 +66,39 @@ def test_a_failing_chunk_raises_in_the_caller_and_the_workers_stay_usable(predic
         predictor.predict_columns(specs, "no-such-hardware", workers=1)
     again = predictor.predict_columns(specs, "a100-80gb", workers=1)
     assert np.isfinite(again["iter_time_s"]).all()
+
+
+def test_workers_end_when_the_process_that_started_them_is_killed(predictor_path):
+    """A service killed without running its exit handlers (SIGKILL, a crash; uvicorn re-raises SIGTERM too)
+    must not leave its featurisation workers running."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = ("import os, signal\n"
+              "from gnn.predictor import Predictor\n"
+              "if __name__ == '__main__':  # forkserver workers import this file again\n"
+              f"    p = Predictor.load({str(predictor_path)!r})\n"
+              "    p.start_workers(1)\n"
+              "    print(*p._pool._processes, flush=True)\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    path = predictor_path.parent / "start_and_die.py"
+    path.write_text(script)
+    out = subprocess.run([sys.executable, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids, out.stderr
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # an exited child of a dead parent may linger as a zombie until init reaps it
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids), f"workers {pids} outlived their parent"
