@@ -19,7 +19,7 @@ import os
 import threading
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from gnn.predictor import Predictor
 from serve.predictor import load_predictor, model_summary, predict
@@ -56,8 +56,10 @@ def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES) -> Fa
 
     # plain `def`: FastAPI runs these on its thread pool, so a long batch never blocks /health
     @app.post("/predict", response_model=PredictResponse)
-    def predict_plans(request: PredictRequest) -> PredictResponse:
-        return predict(predictor, request)
+    def predict_plans(request: PredictRequest) -> Response:
+        # serialised here: returned as a model, FastAPI would validate all of it again against response_model
+        # (which still gives the OpenAPI schema), ~15 ms for 2,000 plans
+        return Response(predict(predictor, request).model_dump_json(), media_type="application/json")
 
     @app.post("/search", response_model=SearchResponse)
     def search_plans(request: SearchRequest) -> SearchResponse:

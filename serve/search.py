@@ -154,7 +154,7 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def _results(predictor: Predictor, request: SearchRequest, trials, space: Space, limit: int | None = None
              ) -> list[SearchResult]:
     """The distinct plans of ``trials`` (in order, at most ``limit``), re-predicted in full."""
-    from serve.predictor import to_prediction
+    from serve.predictor import predictions
 
     specs, seen = [], set()
     for t in trials:
@@ -167,9 +167,9 @@ def _results(predictor: Predictor, request: SearchRequest, trials, space: Space,
                 break
     if not specs:
         return []
-    frame = predictor.predict(specs, request.cluster.hardware_name(), workers=0)
-    return [SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, prediction=to_prediction(row))
-            for s, row in zip(specs, frame.to_dict("records"))]
+    columns = predictor.predict_columns(specs, request.cluster.hardware_name(), workers=0)
+    return [SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, prediction=p)
+            for s, p in zip(specs, predictions(columns))]
 
 
 def search(predictor: Predictor, request: SearchRequest, storage: str | None = None, progress: bool = False,
