@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--batch", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "bench_http.json"))
     args = parser.parse_args()
     proc, client = start_server(args.model)
