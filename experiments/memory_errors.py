@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from collect.report import noise_floor
+from collect.schema import DTYPE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 GROUPS = ["sharding", "data_parallel", "pp"]
@@ -27,9 +28,13 @@ def _errors(rows: pd.DataFrame, predicted: pd.Series) -> pd.Series:
 
 
 def _table(rows: pd.DataFrame, error: pd.Series) -> pd.DataFrame:
-    frame = rows.assign(error=error, data_parallel=rows["dp"] > 1)
-    return frame.groupby(GROUPS)["error"].agg(
-        rows="size", mape=lambda e: e.abs().mean(), bias="mean").reset_index()
+    """MAPE and bias per group, and the median bytes missing (measured - predicted) as a share of one
+    unsharded copy of a rank's parameters: what size of thing the prediction leaves out."""
+    params = rows["num_params"] * rows["dtype"].map(DTYPE_BYTES).fillna(2) / (rows["tp"] * rows["pp"])
+    missing = -error / (1 + error) * rows["peak_mem_bytes"] / params
+    frame = rows.assign(error=error, missing=missing, data_parallel=rows["dp"] > 1)
+    return frame.groupby(GROUPS).agg(rows=("error", "size"), mape=("error", lambda e: e.abs().mean()),
+                                     bias=("error", "mean"), missing_over_params=("missing", "median")).reset_index()
 
 
 def main() -> None:
