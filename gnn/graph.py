@@ -49,8 +49,8 @@ NUM_STREAMS = 3
 COLUMNS = ("kind", "phase", "rank", "stage", "microbatch", "count", "flops", "message_bytes", "group",
            "crosses_node", "alloc_bytes", "free_bytes", "transient_bytes", "est_time", "stream")
 COL = {name: i for i, name in enumerate(COLUMNS)}
-KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
-PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+_PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 
 @dataclass(slots=True)
@@ -74,10 +74,18 @@ class Node:
     def __post_init__(self):
         self.stream = STREAMS.get(self.kind, 0)
 
-    def row(self) -> tuple:
-        return (KIND_INDEX[self.kind], PHASE_INDEX[self.phase], self.rank, self.stage, self.microbatch, self.count,
-                self.flops, self.message_bytes, self.group, float(self.crosses_node), self.alloc_bytes,
-                self.free_bytes, self.transient_bytes, self.est_time, self.stream)
+    def row(self) -> list:
+        return table_row(self.kind, self.phase, self.rank, self.stage, self.microbatch, self.count, self.flops,
+                         self.message_bytes, self.group, self.crosses_node, self.alloc_bytes, self.free_bytes,
+                         self.transient_bytes, self.est_time)
+
+
+def table_row(kind: str, phase: str, rank: int, stage: int, microbatch: int, count: int, flops: float,
+              message_bytes: float, group: int, crosses_node: bool, alloc_bytes: float, free_bytes: float,
+              transient_bytes: float, est_time: float) -> list:
+    """A node as a row of the table, in COLUMNS order (fields as Node's); the stream follows from the kind."""
+    return [_KIND_INDEX[kind], _PHASE_INDEX[phase], rank, stage, microbatch, count, flops, message_bytes, group,
+            float(crosses_node), alloc_bytes, free_bytes, transient_bytes, est_time, STREAMS.get(kind, 0)]
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 from collect.schema import Cluster, Plan, Workload
 from gnn.costs import (BlockCosts, block_costs, dtype_bytes, largest_param, saved_bytes_per_layer, stage_params,
                        state_bytes)
-from gnn.graph import COL, COLUMNS, COMM_KINDS, KIND_INDEX, KINDS, PHASE_INDEX, STREAMS
+from gnn.graph import COL, COLUMNS, COMM_KINDS, KINDS, table_row
 from gnn.hardware_model import HardwareModel
 
 COLLECTIVE = {"dp_comm": "all_reduce", "fsdp_allgather": "all_gather", "fsdp_reducescatter": "reduce_scatter",
@@ -55,8 +55,8 @@ class _Rows:
             transient_bytes: float = 0.0) -> int:
         """A node after node ``after`` (None: the pass's first); returns its index. Fields as gnn.graph.Node."""
         est = self.compiler.estimate(kind, count, flops, message_bytes, group, crosses_node)
-        self.rows.append([KIND_INDEX[kind], PHASE_INDEX[phase], 0, stage, 0, count, flops, message_bytes, group,
-                          float(crosses_node), alloc_bytes, 0.0, transient_bytes, est, STREAMS.get(kind, 0)])
+        self.rows.append(table_row(kind, phase, 0, stage, 0, count, flops, message_bytes, group, crosses_node,
+                                   alloc_bytes, 0.0, transient_bytes, est))
         if after is not None:
             self.sources.append(after)
             self.targets.append(len(self.rows) - 1)
