@@ -50,7 +50,8 @@ def cmd_sweep(args) -> None:
         if counts is not None:
             print(f"{spec.name}: {counts}")
         return
-    counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(limit=args.limit)
+    counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(
+        limit=args.limit, remeasure_memory=args.remeasure_memory)
     print(f"{spec.name}: {counts}")
 
 
@@ -68,6 +69,9 @@ def main(argv=None) -> None:
     s.add_argument("--out", default="data/runs")
     s.add_argument("--hardware", default="data/hardware")
     s.add_argument("--limit", type=int, default=None, help="measure at most N more plans")
+    s.add_argument("--remeasure-memory", action="store_true",
+                   help="measure again the stored plans whose CPU peak an older accounting overstated "
+                        "(FSDP with dp > 1, tp > 1; see collect.memory)")
     s.set_defaults(fn=cmd_sweep)
     args = parser.parse_args(argv)
     try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from collect.memory import PEAK_MEM_METHODS
 from collect.schema import RunSpec
 
 
@@ -88,6 +89,7 @@ def build_row(spec: RunSpec, result: RunResult, **extra) -> dict:
         "iter_times_s": list(result.iter_times_s),
         "peak_mem_bytes": result.peak_mem_bytes,
         "peak_mem_bytes_per_rank": list(result.peak_mem_bytes_per_rank),
+        "peak_mem_method": PEAK_MEM_METHODS[c.device],
         "rss_hwm_bytes": max((b for b in result.rss_hwm_bytes_per_rank if b is not None), default=None),
         "wall_s": round(result.wall_s, 3),
     }

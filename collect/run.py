@@ -17,7 +17,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import pandas as pd
+
 from collect.hardware import take_fingerprint
+from collect.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.pool import LocalPool
 from collect.result import build_row
 from collect.schema import Cluster, Plan, RunSpec, Workload
@@ -45,10 +48,12 @@ class SweepRunner:
         self.ref_time: dict[int, float] = {}
         self.since_ref: dict[int, int] = {}
 
-    def run(self, limit: int | None = None) -> dict:
+    def run(self, limit: int | None = None, remeasure_memory: bool = False) -> dict:
         order = schedule_measurements(self.spec)
-        done = self.store.done_ids()
+        done = self.store.done_ids() - (self._stale_memory_ids() if remeasure_memory else set())
         todo = [item for item in order if measurement_id(item[0], item[1]) not in done]
+        # FSDP's peaks were the furthest off: measure them again first
+        todo.sort(key=lambda item: not (item[0].plan.sharding.startswith("fsdp") and item[0].plan.dp > 1))
         skipped = len(order) - len(todo)
         if limit is not None:
             todo = todo[:limit]
@@ -66,6 +71,18 @@ class SweepRunner:
             finally:
                 self.store.compact()
         return self.counts
+
+    def _stale_memory_ids(self) -> set[str]:
+        """Stored CPU measurements whose peak an older accounting overstated (collect.memory): measuring them
+        again replaces their rows; the previous values stay in the repository's history."""
+        rows = self.store.load()
+        if not len(rows):
+            return set()
+        method = rows.get("peak_mem_method", pd.Series(index=rows.index, dtype=object))
+        stale = (rows["device"] == "cpu") & (method != PEAK_MEM_METHODS["cpu"])
+        affected = rows.apply(lambda r: affected_by_unreported_frees(
+            Plan.model_validate({k: r[k] for k in Plan.model_fields if k in r and pd.notna(r[k])})), axis=1)
+        return set(rows.loc[stale & affected, "measurement_id"])
 
     def _measure_all(self, todo, skipped: int) -> None:
         bar = tqdm(todo, desc=self.spec.name, unit="plan", dynamic_ncols=True)
