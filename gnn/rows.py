@@ -19,7 +19,8 @@ ASSUMED_DTYPE = "bfloat16"  # A100 Megatron runs use 16-bit training; the source
 
 
 def _get(row, name, default=None):
-    value = row.get(name, default) if isinstance(row, dict) else getattr(row, name, default)
+    # a mapping (dict, pandas Series: a Series' own attributes such as .dtype shadow its columns) or a namedtuple
+    value = row.get(name, default) if hasattr(row, "get") else getattr(row, name, default)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return default
     return value
