@@ -78,13 +78,19 @@ def _layout(plan: Plan) -> Layout:
         deps.extend((need, len(rows) - 1) for need in needs)
         return len(rows) - 1
 
+    previous: dict[int, int] = {}  # rank -> the pass it placed last
     for rank, phase, stage, mb in global_order(orders):
         var = variant(phase, mb, num_microbatches, pp, fsdp)
         needs = ([("F", stage - 1, mb)] if stage > 0 else []) if phase == "F" else (
             [("F", stage, mb)] + ([("B", stage + 1, mb)] if stage < last_stage else []))
         key = (phase, stage == 0, stage == last_stage, *var)
-        position[(phase, stage, mb)] = place(key, (phase, stage, var), rank, stage, mb,
-                                             [position[n] for n in needs if n in position])
+        waits = [position[n] for n in needs if n in position]
+        # FSDP gathers when the rank's program reaches the pass (its pre-forward and pre-backward hooks): without
+        # this edge only the collective stream's order would hold a gather back, and at dp = 1, with no
+        # reduce-scatters between them, every micro-batch's gather would start at once
+        if _gathers_first(phase, var, fsdp) and rank in previous and previous[rank] not in waits:
+            waits.append(previous[rank])
+        position[(phase, stage, mb)] = previous[rank] = place(key, (phase, stage, var), rank, stage, mb, waits)
     for rank, order in enumerate(orders):
         held = tuple(sorted({s for _, s, _ in order}))
         last_backward = [max(m for p, st, m in order if st == s and p == "B") for s in held]
@@ -97,6 +103,11 @@ def _layout(plan: Plan) -> Layout:
     return Layout(representatives, kind, rank, table[:, 2].copy(), table[:, 3].copy(),
                   dep[:, 0].copy(), dep[:, 1].copy(),
                   [np.flatnonzero(kind == i) for i in range(len(representatives))], phase, edge_index, edge_kind)
+
+
+def _gathers_first(phase: str, var: tuple[bool, ...], fsdp: str | None) -> bool:
+    """Whether the pass opens with an FSDP all-gather (gnn.passes: gathering forwards, fsdp_full backwards)."""
+    return (phase == "F" and var[0]) or (phase == "B" and fsdp == "fsdp_full")
 
 
 def chain(key: np.ndarray) -> np.ndarray:
