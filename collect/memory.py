@@ -57,8 +57,9 @@ class PeakMemory:
 
 
 PEAK_MEM_METHODS = {"cpu": "profiler-events+worker-frees", "cuda": "cuda-max-allocated"}
-"""Recorded with each row. CPU rows before 2026-11-22 21:00 UTC have none: their peaks summed the profiler's
-events without the worker-thread frees ``peak_live_bytes`` puts back."""
+"""Recorded with each row. CPU rows measured before the correction (cpu-v1's first reading, 2026-11-22
+00:32-02:21 UTC) have none: their peaks summed the profiler's events without the frees ``peak_live_bytes``
+puts back."""
 
 
 def affected_by_unreported_frees(plan: Plan) -> bool:
