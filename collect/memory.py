@@ -92,8 +92,8 @@ def peak_live_bytes(events: list[Allocation], worker_op_spans: list[tuple[int, i
     reported (freed by then at the latest), and of a copy made inside a collective still live at the end.
     Frees of blocks allocated before the window (unknown addresses) are kept as reported.
     """
-    starts = [start for start, _ in sorted(worker_op_spans)]
-    ends = [end for _, end in sorted(worker_op_spans)]
+    spans = sorted(worker_op_spans)
+    starts, ends = [start for start, _ in spans], [end for _, end in spans]
     deltas: list[tuple[int, int]] = []  # (time, bytes)
     live: dict[int, Allocation] = {}
 

@@ -15,9 +15,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from tqdm import tqdm
-
 import pandas as pd
+from tqdm import tqdm
 
 from collect.hardware import take_fingerprint
 from collect.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
@@ -52,8 +51,8 @@ class SweepRunner:
         order = schedule_measurements(self.spec)
         done = self.store.done_ids() - (self._stale_memory_ids() if remeasure_memory else set())
         todo = [item for item in order if measurement_id(item[0], item[1]) not in done]
-        # FSDP's peaks were the furthest off: measure them again first
-        todo.sort(key=lambda item: not (item[0].plan.sharding.startswith("fsdp") and item[0].plan.dp > 1))
+        if remeasure_memory:  # FSDP's peaks were the furthest off: measure them again first
+            todo.sort(key=lambda item: not (item[0].plan.sharding.startswith("fsdp") and item[0].plan.dp > 1))
         skipped = len(order) - len(todo)
         if limit is not None:
             todo = todo[:limit]
