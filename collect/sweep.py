@@ -62,6 +62,10 @@ class SweepSpec(BaseModel):
     repeat_fraction: float = Field(default=0.1, ge=0, le=1)
     repeat_count: int = Field(default=3, ge=2)
     """Total measurements of each repeated point."""
+    repeat_order: Literal["spread", "rounds"] = "spread"
+    """``spread``: each repeat at a random later position. ``rounds``: the repeated points are measured in
+    ``repeat_count`` rounds, every point once per round in a new order, so that a drift in the machine's speed
+    (tens of percent within minutes on a shared VM) falls on all of them alike, not on whichever ran late."""
     reference_every: int = 30
     """Re-measure the world size's reference plan after this many plans on it."""
     deadline_s: float = 300.0
@@ -138,12 +142,18 @@ def _sample_by_layout(points: list[RunSpec], n: int, rng: random.Random) -> list
 
 
 def schedule_measurements(spec: SweepSpec) -> list[tuple[RunSpec, int, str | None]]:
-    """(point, repeat_index, repeat_group) in run order: shuffled, repeats spread out."""
+    """(point, repeat_index, repeat_group) in run order: shuffled, repeats spread out or in rounds."""
     rng = random.Random(spec.seed + 1)
     points = sample_points(spec)
     rng.shuffle(points)
     repeated = set(rng.sample(range(len(points)), round(spec.repeat_fraction * len(points))))
     order = [(p, 0, p.run_id if i in repeated else None) for i, p in enumerate(points)]
+    if spec.repeat_order == "rounds":
+        for k in range(1, spec.repeat_count):
+            again = [points[i] for i in sorted(repeated)]
+            rng.shuffle(again)
+            order += [(p, k, p.run_id) for p in again]
+        return order
     for i in sorted(repeated):
         for k in range(1, spec.repeat_count):
             # later in the sweep than the first measurement, at a random position

@@ -11,9 +11,11 @@ surrogate's top plans of the whole space (what the search returns when its
 budget covers the space); the simulator's best plan (fastest simulated among
 those it says fit); a common default, pure data parallel with FSDP; and every
 other valid plan of the space, so the true best is known. The candidates and
-the fastest plans are then measured 3 more times (confirm). Reported: top-1
-success (the chosen plan measures fastest or within 10% of the fastest, on
-median times), regret, and the real runs each strategy spends.
+the 15 fastest plans of that sweep are then measured in 5 rounds (confirm:
+each round measures each of them once, in a new order) and judged on the
+medians of those rounds. Reported: top-1 success (the chosen plan measures
+fastest or within 10% of the fastest), regret, the real runs each strategy
+spends, and the scatter of the confirmed plans between rounds.
 
 A100: the true best of each held-out workload is in the data; the model that
 never saw that shape (a100/held_out_hidden, a100/held_out_layers) ranks the
@@ -44,8 +46,8 @@ OUT = REPO / "build" / "proof"
 SHAPE = dict(layers=4, hidden=256, heads=8, seq_len=32, vocab=512, dtype="float32")
 CAPACITY = 32 * 2**20
 MEASURE = dict(warmup_iters=0, timed_iters=3, memory_window_iters=2)  # as in collect/sweeps/cpu-v1.yaml
-CONTENDERS = 10  # the fastest plans of the full sweep, measured again with the candidates
-CONFIRM_REPEATS = 3
+CONTENDERS = 15  # the fastest plans of the full sweep, measured again with the candidates
+CONFIRM_ROUNDS = 5
 
 
 def held_out_model(ds: PlanGraphs, split: str) -> Predictor:
@@ -114,20 +116,38 @@ def _per_plan(rows: pd.DataFrame) -> pd.DataFrame:
 
 def confirm(candidates: list[RunSpec], everything: list[RunSpec], measured: pd.DataFrame, limit: int | None,
             sweep: str, contenders: int = CONTENDERS) -> pd.DataFrame:
-    """Measure the candidates and the fastest plans again, three times each, spread over a sweep.
+    """Measure the candidates and the fastest plans of the sweep again, in CONFIRM_ROUNDS rounds: each round
+    measures every one of them once, in a new order.
 
-    Single measurements here scatter by ~18% (the noise floor), and the fastest of 227 noisy single
-    measurements is biased low: the plan that won may just have been lucky. Regret is judged on medians.
+    Single measurements scatter by tens of percent, and the fastest of 230 noisy single measurements is biased
+    low: the plan that won may just have been lucky. The machine's speed also drifts within minutes (round 4:
+    one plan measured 112 ms at 23:54 and 251-300 ms at 00:21), so repeats of one plan run back to back judge
+    the minute, not the plan; rounds spread every minute over all of them alike. Judged on the rounds' medians.
     """
     ok = measured[measured.status == "ok"]
     fastest = set(ok.nsmallest(contenders, "time").index)
     points = list({s.run_id: s for s in candidates + [s for s in everything if s.run_id in fastest]}.values())
-    spec = SweepSpec(name=f"{sweep}-confirm", points=points, repeat_fraction=1.0, repeat_count=CONFIRM_REPEATS,
-                     reference_every=10**6, deadline_s=240, measure=MEASURE)
+    spec = SweepSpec(name=f"{sweep}-rounds", points=points, repeat_fraction=1.0, repeat_count=CONFIRM_ROUNDS,
+                     repeat_order="rounds", reference_every=10**6, deadline_s=240, measure=MEASURE)
     runner = SweepRunner(spec, out_dir=OUT / "runs", hardware_dir=OUT / "hardware")
     if limit != 0:
         runner.run()
     return runner.store.load()
+
+
+def judged(swept: pd.DataFrame, confirmed: pd.DataFrame) -> pd.DataFrame:
+    """Per plan: a confirmed plan by its confirmation rounds alone (measured in one window), any other by its
+    single measurement in the sweep (it was not among the fastest there)."""
+    rounds = _per_plan(confirmed)
+    single = _per_plan(swept)
+    return pd.concat([rounds, single.drop(rounds.index, errors="ignore")])
+
+
+def round_scatter(confirmed: pd.DataFrame) -> float:
+    """Median over the confirmed plans of the coefficient of variation of their times across the rounds."""
+    ok = confirmed[(confirmed.status == "ok") & ~confirmed["is_reference"].astype(bool)]
+    per_plan = ok.groupby("run_id")["iter_time_s"].agg(["std", "mean"])
+    return float((per_plan["std"] / per_plan["mean"]).median())
 
 
 def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, measure_round: int = 2) -> dict:
@@ -142,9 +162,8 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
     sweep = f"proof-cpu-r{measure_round}" if measure_round > 1 else "proof-cpu"
     measure(order, None, sweep)  # the candidates first, whatever the budget for the rest
     rows = measure(order + rest, limit, sweep)
-    rows = pd.concat([rows, confirm(order, chosen["all"], _per_plan(rows), limit, sweep)])
-    rows = rows[~rows["is_reference"].astype(bool)]
-    measured = _per_plan(rows)
+    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, sweep)
+    measured = judged(rows, confirmed)
     ok = measured[measured.status == "ok"]
     best = ok["time"].min()
     pred = predictor.predict(chosen["all"], hardware)
@@ -164,6 +183,7 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
             "space_size": len(chosen["all"]), "measured": int(len(measured)), "measured_ok": int(len(ok)), "measured_oom": int((measured.status == "oom").sum()),
             "confirmed_plans": int((measured.measurements > 1).sum()), "measurements_per_confirmed_plan":
             float(measured.loc[measured.measurements > 1, "measurements"].median()),
+            "confirm_round_scatter": round_scatter(confirmed),
             "search_trials": chosen["search_trials"][0], "best_measured_ms": best * 1e3,
             "best_plan": _label(next(s for s in chosen["all"] if s.run_id == true_best)), "table": table}
 
@@ -205,7 +225,8 @@ def main() -> None:
     cpu = report["cpu"]
     print(f"CPU, held-out shape {SHAPE['layers']}x{SHAPE['hidden']} on 4 ranks: {cpu['space_size']} valid plans, "
           f"{cpu['measured']} measured: {cpu['measured_ok']} ok / {cpu['measured_oom']} oom; best measured {cpu['best_measured_ms']:.1f} ms "
-          f"({cpu['best_plan']})")
+          f"({cpu['best_plan']}); {cpu['confirmed_plans']} plans confirmed in rounds, their times scatter "
+          f"{100 * cpu['confirm_round_scatter']:.1f}% (median coefficient of variation)")
     print(pd.DataFrame(cpu["table"]).round(3).to_string(index=False))
     print("\nA100, held-out shapes (the true best of each workload is in the data)")
     print(pd.DataFrame(report["a100"]).round(3).to_string(index=False))

@@ -58,6 +58,16 @@ def test_repeats_cover_ten_percent_three_times_each_spread_in_time():
         assert repeat_indices[0] == 0 and sorted(repeat_indices) == [0, 1, 2]  # the first comes first
 
 
+def test_repeats_in_rounds_measure_every_repeated_point_once_per_round():
+    order = schedule_measurements(_spec(repeat_fraction=1.0, repeat_count=3, repeat_order="rounds"))
+    n = len(order) // 3
+    rounds = [order[k * n:(k + 1) * n] for k in range(3)]
+    for k, measured in enumerate(rounds):
+        assert {index for _, index, _ in measured} == {k}
+        assert sorted(p.run_id for p, _, _ in measured) == sorted(p.run_id for p, _, _ in rounds[0])
+    assert [p.run_id for p, _, _ in rounds[1]] != [p.run_id for p, _, _ in rounds[2]]  # a new order each round
+
+
 def test_schedule_is_deterministic():
     a = [measurement_id(p, k) for p, k, _ in schedule_measurements(_spec())]
     b = [measurement_id(p, k) for p, k, _ in schedule_measurements(_spec())]
