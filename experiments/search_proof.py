@@ -115,7 +115,7 @@ def _per_plan(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def confirm(candidates: list[RunSpec], everything: list[RunSpec], measured: pd.DataFrame, limit: int | None,
-            sweep: str, contenders: int = CONTENDERS) -> pd.DataFrame:
+            name: str, contenders: int = CONTENDERS) -> pd.DataFrame:
     """Measure the candidates and the fastest plans of the sweep again, in CONFIRM_ROUNDS rounds: each round
     measures every one of them once, in a new order.
 
@@ -127,7 +127,7 @@ def confirm(candidates: list[RunSpec], everything: list[RunSpec], measured: pd.D
     ok = measured[measured.status == "ok"]
     fastest = set(ok.nsmallest(contenders, "time").index)
     points = list({s.run_id: s for s in candidates + [s for s in everything if s.run_id in fastest]}.values())
-    spec = SweepSpec(name=f"{sweep}-rounds", points=points, repeat_fraction=1.0, repeat_count=CONFIRM_ROUNDS,
+    spec = SweepSpec(name=name, points=points, repeat_fraction=1.0, repeat_count=CONFIRM_ROUNDS,
                      repeat_order="rounds", reference_every=10**6, deadline_s=240, measure=MEASURE)
     runner = SweepRunner(spec, out_dir=OUT / "runs", hardware_dir=OUT / "hardware")
     if limit != 0:
@@ -150,7 +150,14 @@ def round_scatter(confirmed: pd.DataFrame) -> float:
     return float((per_plan["std"] / per_plan["mean"]).median())
 
 
-def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, measure_round: int = 2) -> dict:
+def _sweep_name(measure_round: int) -> str:
+    return f"proof-cpu-r{measure_round}" if measure_round > 1 else "proof-cpu"
+
+
+def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, measure_round: int = 2,
+              sweep_round: int | None = None) -> dict:
+    """``sweep_round``: take the measurement of the whole space from that earlier round (it does not depend on
+    the model) and only confirm this round's candidates with the fastest plans there, in a new sitting."""
     predictor = held_out_model(ds, "cpu/held_out_shape")
     hardware = cpu_fingerprint()
     space = cpu_space()
@@ -159,10 +166,10 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
     rest = [s for s in chosen["all"] if s.run_id not in {c.run_id for c in order}]
     # One round measures every plan, then confirms the contenders, in one sitting: this machine's speed drifts
     # (the same plan measured 254 ms at 04:33 and 85-101 ms at 07:05), so times from different hours do not compare.
-    sweep = f"proof-cpu-r{measure_round}" if measure_round > 1 else "proof-cpu"
+    sweep = _sweep_name(sweep_round or measure_round)
     measure(order, None, sweep)  # the candidates first, whatever the budget for the rest
     rows = measure(order + rest, limit, sweep)
-    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, sweep)
+    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, f"{_sweep_name(measure_round)}-rounds")
     measured = judged(rows, confirmed)
     ok = measured[measured.status == "ok"]
     best = ok["time"].min()
@@ -179,7 +186,8 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
                           "regret": t / best - 1, "within_10pct": bool(t <= 1.10 * best),
                           "real_runs": {"search": top, "surrogate_all": top, "simulator": 1, "default_fsdp_dp": 1}[strategy]})
     true_best = ok["time"].idxmin()
-    return {"round": measure_round, "sweep": sweep, "workload": SHAPE, "global_batch_size": 8, "world_size": 4, "capacity_bytes": CAPACITY,
+    return {"round": measure_round, "sweep": sweep, "confirm_sweep": f"{_sweep_name(measure_round)}-rounds",
+            "workload": SHAPE, "global_batch_size": 8, "world_size": 4, "capacity_bytes": CAPACITY,
             "space_size": len(chosen["all"]), "measured": int(len(measured)), "measured_ok": int(len(ok)), "measured_oom": int((measured.status == "oom").sum()),
             "confirmed_plans": int((measured.measurements > 1).sum()), "measurements_per_confirmed_plan":
             float(measured.loc[measured.measurements > 1, "measurements"].median()),
@@ -217,10 +225,13 @@ def main() -> None:
                         help="measure at most this many plans now (0: report on what is already measured)")
     parser.add_argument("--round", type=int, default=2,
                         help="measurement round: each measures the whole space and confirms in one sitting")
+    parser.add_argument("--sweep-round", type=int, default=None,
+                        help="reuse that round's measurement of the whole space; confirm this round's candidates anew")
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "search_proof.json"))
     args = parser.parse_args()
     ds = PlanGraphs()
-    report = {"a100": a100_proof(ds), "cpu": cpu_proof(ds, args.trials, args.top, args.limit, args.round)}
+    report = {"a100": a100_proof(ds), "cpu": cpu_proof(ds, args.trials, args.top, args.limit, args.round,
+                                                                   args.sweep_round)}
     Path(args.out).write_text(json.dumps(report, indent=1, default=float))
     cpu = report["cpu"]
     print(f"CPU, held-out shape {SHAPE['layers']}x{SHAPE['hidden']} on 4 ranks: {cpu['space_size']} valid plans, "
