@@ -166,10 +166,10 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
     rest = [s for s in chosen["all"] if s.run_id not in {c.run_id for c in order}]
     # One round measures every plan, then confirms the contenders, in one sitting: this machine's speed drifts
     # (the same plan measured 254 ms at 04:33 and 85-101 ms at 07:05), so times from different hours do not compare.
-    sweep = _sweep_name(sweep_round or measure_round)
+    sweep, confirm_sweep = _sweep_name(sweep_round or measure_round), f"{_sweep_name(measure_round)}-rounds"
     measure(order, None, sweep)  # the candidates first, whatever the budget for the rest
     rows = measure(order + rest, limit, sweep)
-    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, f"{_sweep_name(measure_round)}-rounds")
+    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, confirm_sweep)
     measured = judged(rows, confirmed)
     ok = measured[measured.status == "ok"]
     best = ok["time"].min()
@@ -186,7 +186,7 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
                           "regret": t / best - 1, "within_10pct": bool(t <= 1.10 * best),
                           "real_runs": {"search": top, "surrogate_all": top, "simulator": 1, "default_fsdp_dp": 1}[strategy]})
     true_best = ok["time"].idxmin()
-    return {"round": measure_round, "sweep": sweep, "confirm_sweep": f"{_sweep_name(measure_round)}-rounds",
+    return {"round": measure_round, "sweep": sweep, "confirm_sweep": confirm_sweep,
             "workload": SHAPE, "global_batch_size": 8, "world_size": 4, "capacity_bytes": CAPACITY,
             "space_size": len(chosen["all"]), "measured": int(len(measured)), "measured_ok": int(len(ok)), "measured_oom": int((measured.status == "oom").sum()),
             "confirmed_plans": int((measured.measurements > 1).sum()), "measurements_per_confirmed_plan":
@@ -230,10 +230,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "search_proof.json"))
     args = parser.parse_args()
     ds = PlanGraphs()
-    report = {"a100": a100_proof(ds), "cpu": cpu_proof(ds, args.trials, args.top, args.limit, args.round,
-                                                                   args.sweep_round)}
+    a100 = a100_proof(ds)
+    cpu = cpu_proof(ds, args.trials, args.top, args.limit, args.round, args.sweep_round)
+    report = {"a100": a100, "cpu": cpu}
     Path(args.out).write_text(json.dumps(report, indent=1, default=float))
-    cpu = report["cpu"]
     print(f"CPU, held-out shape {SHAPE['layers']}x{SHAPE['hidden']} on 4 ranks: {cpu['space_size']} valid plans, "
           f"{cpu['measured']} measured: {cpu['measured_ok']} ok / {cpu['measured_oom']} oom; best measured {cpu['best_measured_ms']:.1f} ms "
           f"({cpu['best_plan']}); {cpu['confirmed_plans']} plans confirmed in rounds, their times scatter "
