@@ -2,6 +2,7 @@
 
     python -m collect measure SPEC.json            # one plan, prints its row as JSON
     python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+    python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
 
 SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
 field names of collect.schema. Invalid input is reported, field by field,
@@ -55,6 +56,20 @@ def cmd_sweep(args) -> None:
     print(f"{spec.name}: {counts}")
 
 
+def cmd_fingerprint(args) -> None:
+    import socket
+    from contextlib import ExitStack
+    from pathlib import Path
+
+    from collect.hardware import MAX_MESSAGE_BYTES, take_fingerprint
+
+    if 1 not in args.world_sizes or any(ws < 1 for ws in args.world_sizes):
+        raise SystemExit(f"error: --world-sizes must hold 1 (compute and blocks run there), got {args.world_sizes}")
+    with ExitStack() as stack:
+        pools = {ws: stack.enter_context(LocalPool(ws)) for ws in sorted(set(args.world_sizes))}
+        print(take_fingerprint(pools, args.max_bytes or MAX_MESSAGE_BYTES, Path(args.hardware), socket.gethostname()))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m collect", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +88,12 @@ def main(argv=None) -> None:
                    help="measure again the stored plans whose CPU peak an older accounting overstated "
                         "(FSDP with dp > 1, tp > 1; see collect.memory)")
     s.set_defaults(fn=cmd_sweep)
+    f = sub.add_parser("fingerprint", help="measure this machine's fingerprint (compute, blocks, collectives)")
+    f.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4],
+                   help="pools to measure collectives and concurrency on (must include 1)")
+    f.add_argument("--max-bytes", type=int, default=None, help="largest collective message (default 64 MiB)")
+    f.add_argument("--hardware", default="data/hardware")
+    f.set_defaults(fn=cmd_fingerprint)
     args = parser.parse_args(argv)
     try:
         args.fn(args)

@@ -5,7 +5,9 @@ sizes and dtypes, and memory bandwidth of a large copy. Communication (every
 group size the sweep uses): median latency of all-reduce, all-gather,
 reduce-scatter, all-to-all and send/recv over message sizes doubling from a few
 bytes to the largest used. Raw points are kept; collect.costmodel fits Lin et
-al.'s three-region curve to them.
+al.'s three-region curve to them. The one-rank pool also takes the block profile
+(collect.blocks), and every pool times a layer with all its ranks computing at
+once (how much ranks sharing cores slow each other).
 """
 from __future__ import annotations
 
@@ -28,11 +30,18 @@ def message_sizes(max_bytes: int, min_bytes: int = 16) -> list[int]:
     return sizes
 
 
-def measure_fingerprint_on_rank(max_bytes: int, repeats: int = 15) -> list[dict]:
-    world = dist.get_world_size()
+def measure_fingerprint_on_rank(max_bytes: int, repeats: int = 15, blocks: bool = True,
+                                block_grid: list | None = None) -> list[dict]:
+    """This rank's points: compute (one rank) or collectives (more), and with ``blocks`` the block profile (one
+    rank, over ``block_grid`` or collect.blocks' default) and the concurrency points (every world size)."""
+    from collect.blocks import concurrency_points, measure_block_profile
+
+    world, cpu = dist.get_world_size(), torch.device("cpu")
     if world == 1:
-        return _compute_points(repeats)
-    return [_collective_point(op, size, world, repeats) for op in COLLECTIVES for size in message_sizes(max_bytes)]
+        points = _compute_points(repeats) + (measure_block_profile(cpu, grid=block_grid) if blocks else [])
+    else:
+        points = [_collective_point(op, size, world, repeats) for op in COLLECTIVES for size in message_sizes(max_bytes)]
+    return points + (concurrency_points(cpu, torch.float32, repeats) if blocks else [])
 
 
 def _time(fn, repeats: int, barrier: bool) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from collect.hardware import take_fingerprint
+from collect.hardware import largest_message, take_fingerprint
 from collect.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.pool import LocalPool
 from collect.result import build_row
@@ -64,7 +64,8 @@ class SweepRunner:
         with ExitStack() as stack:
             self.pools = {ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s))
                           for ws in world_sizes}
-            self.fingerprint_id = take_fingerprint(self.pools, todo, self.hardware_dir, self.host)
+            self.fingerprint_id = take_fingerprint(self.pools, largest_message(todo), self.hardware_dir,
+                                                   self.host)
             try:
                 self._measure_all(todo, skipped=skipped)
             finally:
