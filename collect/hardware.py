@@ -67,9 +67,16 @@ def fit_collectives(points: list[dict]) -> dict:
 
 
 def load_hardware(name: str, hardware_dir: str | Path = "data/hardware") -> dict:
-    """A preset by name (a100-80gb, ...) or a measured fingerprint by id."""
+    """A preset by name (a100-80gb, ...) or a measured fingerprint by id. A fingerprint taken before block
+    profiles existed may name, in ``blocks_from``, a later fingerprint of the same host whose profile it uses
+    (data/README.md says which and why); its ``blocks`` are then that one's."""
     for path in (PRESET_DIR / f"{name}.json", Path(hardware_dir) / f"{name}.json"):
         if path.exists():
-            return json.loads(path.read_text())
+            record = json.loads(path.read_text())
+            if "blocks" not in record and record.get("blocks_from"):
+                source = load_hardware(record["blocks_from"], hardware_dir)
+                # the source's compute points go along: gnn.block_model rescales the borrowed throughput by them
+                record["blocks"], record["blocks_compute"] = source.get("blocks", []), source["compute"]
+            return record
     known = sorted(p.stem for p in PRESET_DIR.glob("*.json"))
     raise ValueError(f"hardware {name!r}: no preset of that name (presets: {known}) and no {hardware_dir}/{name}.json")
