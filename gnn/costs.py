@@ -55,6 +55,20 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
     )
 
 
+def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, float]:
+    """(FLOPs, weight bytes, activation bytes) of one block for one micro-batch on one tensor-parallel rank: what
+    gnn.block_model's measured costs are fitted to. Blocks: attn, mlp, layer (both), embed, head. A layer's weights
+    are a third attention (q, k, v, o: 4d^2) and two thirds MLP (8d^2); activations are the hidden state a block
+    reads (the head: its fp32 logits)."""
+    if block == "embed":
+        return 0.0, c.embed_params * db, c.boundary_bytes
+    if block == "head":
+        return c.head_flops, c.head_params * db, c.logits_bytes
+    share = {"attn": 1 / 3, "mlp": 2 / 3, "layer": 1.0}[block]
+    flops = {"attn": c.attn_flops, "mlp": c.mlp_flops, "layer": c.attn_flops + c.mlp_flops}[block]
+    return flops, share * c.layer_params * db, c.boundary_bytes
+
+
 def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers_per_stage: int) -> float:
     params = layers_per_stage * costs.layer_params
     if stage == 0:

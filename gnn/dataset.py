@@ -30,13 +30,15 @@ from gnn.truncate import simulate_plan
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_FILES = ["graph.py", "passes.py", "layout.py", "costs.py", "schedule.py", "simulate.py", "simkernel.py",
-              "features.py", "rows.py", "hardware_model.py", "dataset.py", "truncate.py"]
+              "features.py", "rows.py", "hardware_model.py", "block_model.py", "dataset.py", "truncate.py"]
 
 
-def _cache_key(paths: list[Path]) -> str:
+def _cache_key(paths: list[Path], hardware_dir: Path) -> str:
+    """Hashes the runs, the hardware records their costs come from, and the code that turns them into graphs."""
     h = hashlib.sha256()
     journals = [p.with_suffix(".journal.jsonl") for p in paths]
-    for p in sorted(paths) + [j for j in journals if j.exists()] + [Path(__file__).parent / f for f in CODE_FILES]:
+    hardware = sorted(hardware_dir.glob("*.json"))
+    for p in sorted(paths) + [j for j in journals if j.exists()] + hardware + [Path(__file__).parent / f for f in CODE_FILES]:
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
@@ -75,8 +77,8 @@ def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
 class PlanGraphs(InMemoryDataset):
     def __init__(self, root: str | Path = REPO / "data", runs: list[str | Path] | None = None):
         self.runs = [Path(p) for p in (runs or sorted((Path(root) / "runs").glob("*.parquet")))]
-        self.key = _cache_key(self.runs)
         self.hardware_dir = str(Path(root) / "hardware")
+        self.key = _cache_key(self.runs, Path(self.hardware_dir))
         super().__init__(str(root))
         self.load(self.processed_paths[0])
         self.meta = pd.read_parquet(self.processed_paths[1])

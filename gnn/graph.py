@@ -173,7 +173,8 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     table = np.concatenate([t.table for t in templates])[placed.rows]
     table[:, _POSITION] = placed.position
     return ExecGraph(table, placed.edge_index, placed.edge_kind, compiler.static_bytes(), plan, w,
-                     {"hardware": hw.id}, PassView(placed.bases, layout.phase, layout.edge_index, layout.edge_kind),
+                     {"hardware": hw.id, "compute_slots": hw.compute_slots(plan)},
+                     PassView(placed.bases, layout.phase, layout.edge_index, layout.edge_kind),
                      placed.structure)
 
 

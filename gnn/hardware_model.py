@@ -6,6 +6,8 @@ FLOP/s and link bandwidths; their collectives use the ring volumes of the
 transformer characterisation (all-reduce 2(p-1)/p, all-gather and
 reduce-scatter (p-1)/p of the message per rank) over the link bandwidth, plus
 an assumed 10 us launch latency (an assumption, not a datasheet value).
+A fingerprint with a block profile (collect.blocks) also prices compute block by
+block (gnn.block_model): a fixed cost per block and wrapper beside its FLOPs.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from functools import lru_cache
 
 from collect.costmodel import ThreeRegionCurve
 from collect.hardware import load_hardware
+from gnn.block_model import BlockModel
 
 ASSUMED_LAUNCH_LATENCY_S = 10e-6
 RING_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "send_recv": None}
@@ -33,6 +36,10 @@ class HardwareModel:
         self.intra_bw = links.get("intra_node", {}).get("bandwidth_bytes_per_s")
         self.inter_bw = links.get("inter_node", {}).get("bandwidth_bytes_per_s")
         self.devices_per_node = record.get("devices_per_node", 1 << 30)
+        self.blocks = BlockModel(record["blocks"]) if record.get("blocks") else None
+        if self.blocks is not None and record.get("blocks_compute"):  # borrowed from another fingerprint
+            source = HardwareModel({"id": "source", "compute": record["blocks_compute"], "source": "measured"})
+            self.blocks.rescale_flops(source.flops_per_s["float32"] / self.flops_per_s["float32"])
 
     @staticmethod
     def _flops(record: dict) -> dict[str, float]:
@@ -43,6 +50,13 @@ class HardwareModel:
             if p["kind"] == "matmul":
                 best[p["dtype"]] = max(best.get(p["dtype"], 0.0), p["flops_per_s"])
         return best
+
+    def compute_slots(self, plan) -> float:
+        """Cores per pipeline rank's dp x tp replicas, which the simulator shares among the compute nodes running
+        at once (gnn.simulate); inf when every rank has a device of its own (GPUs, and machines whose measured
+        concurrency shows no slowdown)."""
+        cores = self.blocks.cores if self.blocks is not None else float("inf")
+        return cores / (plan.dp * plan.tp)
 
     def compute_time(self, flops: float, dtype: str | None) -> float:
         rate = self.flops_per_s.get(dtype or "float32") or self.flops_per_s.get("bfloat16") or 1e10

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
-from gnn.costs import (BlockCosts, block_costs, dtype_bytes, largest_param, saved_bytes_per_layer, stage_params,
-                       state_bytes)
+from gnn.costs import (BlockCosts, block_costs, block_features, dtype_bytes, largest_param, saved_bytes_per_layer,
+                       stage_params, state_bytes)
 from gnn.graph import COL, COLUMNS, COMM_KINDS, KINDS, table_row
 from gnn.hardware_model import HardwareModel
 
 COLLECTIVE = {"dp_comm": "all_reduce", "fsdp_allgather": "all_gather", "fsdp_reducescatter": "reduce_scatter",
               "zero_allgather": "all_gather", "p2p": "send_recv"}  # tp_comm depends on sequence parallelism
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
+# parameter tensors of one GPT layer: two norms (weight, bias) and six linears (weight, bias); the first stage
+# adds 2 (token and position embeddings), the last 3 (the final norm's two, the output projection)
+TENSORS_PER_LAYER = 16
 _GATHER = KINDS.index("fsdp_allgather")
 
 
@@ -53,9 +56,11 @@ class _Rows:
 
     def add(self, after: int | None, kind: str, phase: str, stage: int, *, count: int = 1, flops: float = 0.0,
             message_bytes: float = 0.0, group: int = 1, crosses_node: bool = False, alloc_bytes: float = 0.0,
-            transient_bytes: float = 0.0) -> int:
-        """A node after node ``after`` (None: the pass's first); returns its index. Fields as gnn.graph.Node."""
-        est = self.compiler.estimate(kind, count, flops, message_bytes, group, crosses_node)
+            transient_bytes: float = 0.0, seconds: float | None = None) -> int:
+        """A node after node ``after`` (None: the pass's first); returns its index. Fields as gnn.graph.Node;
+        ``seconds``: its cost, when the caller prices it (otherwise the compiler's estimate)."""
+        est = seconds if seconds is not None else self.compiler.estimate(kind, phase, count, flops, message_bytes,
+                                                                         group, crosses_node)
         self.rows.append(table_row(kind, phase, 0, stage, 0, count, flops, message_bytes, group, crosses_node,
                                    alloc_bytes, 0.0, transient_bytes, est))
         if after is not None:
@@ -140,11 +145,14 @@ class PassCompiler:
     def _sharding_read(self, phase: str, variant: tuple[bool, ...]):
         """What a forward or (not first) backward pass reads of the plan's sharding: a forward, only which FSDP
         mode gathers for it, if it gathers; a backward, whether FSDP fully shards (it gathers, and charges the
-        gradients there) and whether it reduce-scatters."""
+        gradients there) and whether it reduce-scatters; both, with a block profile, which FSDP mode wraps the
+        layers (its hooks cost time whether or not the pass gathers)."""
         plan = self.plan
+        fsdp = plan.sharding.startswith("fsdp")
+        wrapper = plan.sharding if fsdp and self.hw.blocks is not None else None  # its hooks' cost (block profile)
         if phase == "F":
-            return plan.sharding if variant[0] else None
-        return plan.sharding == "fsdp_full", plan.sharding.startswith("fsdp") and plan.dp > 1
+            return plan.sharding if variant[0] else None, wrapper
+        return plan.sharding == "fsdp_full", fsdp and plan.dp > 1, wrapper
 
     # --- the passes ----------------------------------------------------------------------------------------
 
@@ -242,8 +250,9 @@ class PassCompiler:
         rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
         if plan.sharding.startswith("fsdp") and plan.dp > 1 and not self._pipelined_fsdp():
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
-            scatter = rows.add(last, "fsdp_reducescatter", "backward", stage,
-                               message_bytes=self._params(stage) * dtype_bytes(self.w), group=plan.dp,
+            units = self._fsdp_units(stage)
+            scatter = rows.add(last, "fsdp_reducescatter", "backward", stage, count=units,
+                               message_bytes=self._stage_bytes(stage) / units, group=plan.dp,
                                crosses_node=self.dp_cross, transient_bytes=2 * self._unit_bytes(stage))
             if plan.sharding != "fsdp_full":
                 grads_at = scatter
@@ -260,7 +269,7 @@ class PassCompiler:
         schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
         stages have the same roles (gnn.graph writes each rank's own stage into the rows it places)."""
         plan = self.plan
-        key = (plan.tp, plan.dp, plan.sharding, self.layers_per_stage, self.dp_cross,
+        key = (plan.tp, plan.dp, plan.pp, plan.sharding, self.layers_per_stage, self.dp_cross,
                tuple((s == 0, s == self.num_stages - 1) for s in stages))
         found = self._shared_steps.get(key)
         if found is None:
@@ -280,15 +289,17 @@ class PassCompiler:
             # one reduce-scatter of the stages' accumulated gradients, unit by unit: a unit's input copy and its
             # shard live beside the unsharded gradients
             unit = max(self._unit_bytes(s) for s in stages)
-            last = rows.add(last, "fsdp_reducescatter", "backward", stages[0], count=len(stages),
-                            message_bytes=params * dtype_bytes(w) / len(stages), group=plan.dp,
+            units = sum(self._fsdp_units(s) for s in stages)
+            last = rows.add(last, "fsdp_reducescatter", "backward", stages[0], count=units,
+                            message_bytes=params * dtype_bytes(w) / units, group=plan.dp,
                             crosses_node=self.dp_cross, transient_bytes=unit * (1 + 1 / plan.dp))
         shard = plan.dp if plan.sharding != "none" else 1
         # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On
         # CPU it updates one tensor at a time (no foreach kernels), with two temporaries the size of that tensor:
         # the largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight).
         last = step = rows.add(last, "optimizer", "step", stages[0], flops=10 * params / shard,
-                               transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w))
+                               transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w),
+                               seconds=self._optimizer_seconds(stages, params / shard))
         if plan.sharding == "zero1" and plan.dp > 1:
             rows.add(step, "zero_allgather", "step", stages[0], message_bytes=params * dtype_bytes(w) / plan.dp,
                      group=plan.dp, crosses_node=self.dp_cross)
@@ -320,6 +331,11 @@ class PassCompiler:
         """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
         return self._stage_bytes(stage) / max(self.layers_per_stage, 1)
 
+    def _fsdp_units(self, stage: int) -> int:
+        """FSDP2 units of a stage, each gathered and reduce-scattered by its own collective: every block, and the
+        stage's root when it holds parameters of its own (embeddings on the first stage, norm and head on the last)."""
+        return self.layers_per_stage + (stage == 0 or stage == self.num_stages - 1)
+
     def _fsdp_held_bytes(self, stage: int) -> float:
         """FSDP2 keeps its last gradient reduction's buffers, about one unit, from one iteration into the next
         (at dp = 1 too: a second unit-sized block beside the last unit's gradients in the allocator trace).
@@ -348,25 +364,26 @@ class PassCompiler:
         if phase == "backward" and plan.pp > 1:
             prefetch = self.layers_per_stage  # nothing reshards after a backward: the stage ends it gathered
         staging = self._unit_bytes(stage) if self.gloo and plan.dp > 1 else 0.0
-        return rows.add(after, "fsdp_allgather", phase, stage, message_bytes=full / plan.dp, group=plan.dp,
-                        crosses_node=self.dp_cross, alloc_bytes=full if keep else 0.0,
+        units = self._fsdp_units(stage)
+        return rows.add(after, "fsdp_allgather", phase, stage, count=units, message_bytes=full / plan.dp / units,
+                        group=plan.dp, crosses_node=self.dp_cross, alloc_bytes=full if keep else 0.0,
                         transient_bytes=staging + (0.0 if keep else prefetch * self._unit_bytes(stage)))
 
     def _tp_comm(self, rows: _Rows, after: int | None, stage: int, phase: str) -> int:
         return rows.add(after, "tp_comm", phase, stage, count=self.layers_per_stage,
                         message_bytes=self.c.boundary_bytes, group=self.plan.tp, crosses_node=self.tp_cross)
 
-    def estimate(self, kind: str, count: int, flops: float, message_bytes: float, group: int,
+    def estimate(self, kind: str, phase: str, count: int, flops: float, message_bytes: float, group: int,
                  crosses_node: bool) -> float:
         """A node's estimated seconds. The same node recurs across stages and passes: each distinct one is costed
         once."""
-        key = (kind, count, flops, message_bytes, group, crosses_node)
+        key = (kind, phase, count, flops, message_bytes, group, crosses_node)
         cost = self.costs.get(key)
         if cost is None:
             cost = self.costs[key] = self._cost(*key)
         return cost
 
-    def _cost(self, kind: str, count: int, flops: float, message_bytes: float, group: int,
+    def _cost(self, kind: str, phase: str, count: int, flops: float, message_bytes: float, group: int,
               crosses_node: bool) -> float:
         if kind in COMM_KINDS:
             op = COLLECTIVE.get(kind) or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
@@ -374,4 +391,46 @@ class PassCompiler:
             if kind == "tp_comm" and self.plan.sequence_parallel:
                 per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node)
             return count * per_call
+        if self.hw.blocks is not None:
+            return count * self._block_seconds(kind, phase)
         return self.hw.compute_time(flops, self.w.dtype)
+
+    # --- compute from the block profile (gnn.block_model) --------------------------------------------------
+
+    def _features(self, block: str) -> tuple[float, float, float]:
+        return block_features(self.c, block, dtype_bytes(self.w))
+
+    def _wrappers(self, phase: str) -> list[str]:
+        """The block profile's layer variants this plan wraps its layers in, for a forward or backward."""
+        plan, found = self.plan, []
+        if plan.tp > 1:
+            found.append("tp_sp" if plan.sequence_parallel else "tp")
+        if plan.sharding.startswith("fsdp"):  # FSDP's hooks run at dp = 1 too
+            found.append(plan.sharding)
+        if plan.recompute != "none" and phase == "forward":  # in backward, checkpointing is the recompute node
+            found.append(plan.recompute)
+        return found
+
+    def _block_seconds(self, kind: str, phase: str) -> float:
+        """One block's seconds: its plain cost, plus half of what the plan's wrappers add to a layer for an
+        attention or MLP block (they wrap the layer, its two blocks together). A recompute node costs what
+        checkpointing adds to a layer's backward."""
+        blocks, layer = self.hw.blocks, self._features("layer")
+        if phase == "recompute":
+            return max(blocks.wrapper_seconds(self.plan.recompute, "backward", layer), 0.0)
+        seconds = blocks.seconds(kind, "plain", phase, self._features(kind))
+        if kind in ("attn", "mlp"):
+            seconds += 0.5 * sum(blocks.wrapper_seconds(v, phase, layer) for v in self._wrappers(phase))
+        return max(seconds, 0.0)
+
+    def _optimizer_seconds(self, stages: tuple[int, ...], params: float) -> float | None:
+        """AdamW's step on this rank's ``params`` (already sharded): a cost per tensor and per parameter, on
+        DTensors under FSDP or TP. ZeRO-1 steps a plain optimizer over its 1/dp of the tensors."""
+        if self.hw.blocks is None:
+            return None
+        plan, last = self.plan, self.num_stages - 1
+        tensors = sum(TENSORS_PER_LAYER * self.layers_per_stage + 2 * (s == 0) + 3 * (s == last) for s in stages)
+        if plan.sharding == "zero1":
+            tensors /= plan.dp
+        variant = "fsdp" if plan.sharding.startswith("fsdp") else "tp" if plan.tp > 1 else "plain"
+        return self.hw.blocks.optimizer_seconds(variant, tensors, params)

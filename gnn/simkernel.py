@@ -15,14 +15,16 @@ DONE_EPS = 1e-15  # a node whose remaining work is below this has finished
 
 @njit(cache=True)
 def event_schedule(est: np.ndarray, comm_rank: np.ndarray, indptr: np.ndarray, succ: np.ndarray,
-                   waiting: np.ndarray, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+                   waiting: np.ndarray, num_ranks: int, compute_slots: float) -> tuple[np.ndarray, np.ndarray]:
     """Start and end time per node. ``comm_rank`` is the rank of a transfer, -1 for compute; successors in CSR
     (``indptr``, ``succ``); ``waiting`` the number of predecessors (consumed). Transfers running together on a
-    rank share its bandwidth equally; compute runs at full rate."""
+    rank share its bandwidth equally. Compute nodes running together share ``compute_slots`` (inf: each rank
+    has its own device): each runs at min(1, slots / running)."""
     n = est.shape[0]
     start, end = np.zeros(n), np.zeros(n)
     remaining = est.copy()
     sharing = np.zeros(num_ranks, np.int64)  # transfers running per rank
+    computing = 0  # compute nodes running
     ready, active, still, rate = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
     n_ready = n_active = 0
     for i in range(n):
@@ -36,15 +38,18 @@ def event_schedule(est: np.ndarray, comm_rank: np.ndarray, indptr: np.ndarray, s
             start[i] = now
             if comm_rank[i] >= 0:
                 sharing[comm_rank[i]] += 1
+            else:
+                computing += 1
             active[n_active] = i
             n_active += 1
         n_ready = 0
         if n_active == 0:
             raise ValueError("the execution graph has a cycle: no node can start")
         step = np.inf
+        compute_rate = min(1.0, compute_slots / computing) if computing > 0 else 1.0
         for k in range(n_active):
             i = active[k]
-            rate[k] = 1.0 / sharing[comm_rank[i]] if comm_rank[i] >= 0 else 1.0
+            rate[k] = 1.0 / sharing[comm_rank[i]] if comm_rank[i] >= 0 else compute_rate
             step = min(step, remaining[i] / rate[k])
         now += step
         n_still = 0
@@ -56,6 +61,8 @@ def event_schedule(est: np.ndarray, comm_rank: np.ndarray, indptr: np.ndarray, s
                 done += 1
                 if comm_rank[i] >= 0:
                     sharing[comm_rank[i]] -= 1
+                else:
+                    computing -= 1
                 for e in range(indptr[i], indptr[i + 1]):
                     j = succ[e]
                     waiting[j] -= 1
@@ -120,10 +127,12 @@ def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def busy_and_idle(start: np.ndarray, end: np.ndarray, rank: np.ndarray, stream: np.ndarray, est: np.ndarray,
                   num_ranks: int, num_streams: int) -> tuple[np.ndarray, int, float, float]:
     """Busy seconds per rank and stream; the busiest rank's compute stream (the first of equals); and that
-    rank's idle compute time split into exposed communication (one of its transfers runs) and bubble."""
+    rank's idle compute time split into exposed communication (one of its transfers runs) and bubble. Compute
+    counts the time it ran (longer than its estimate where ranks shared cores); communication its estimate,
+    the time at full bandwidth."""
     busy = np.zeros((num_ranks, num_streams))
     for i in range(est.shape[0]):
-        busy[rank[i], stream[i]] += est[i]
+        busy[rank[i], stream[i]] += end[i] - start[i] if stream[i] == 0 else est[i]
     critical = 0
     for r in range(1, num_ranks):
         if busy[r, 0] > busy[critical, 0]:
@@ -157,11 +166,11 @@ def busy_and_idle(start: np.ndarray, end: np.ndarray, rank: np.ndarray, stream: 
 @njit(cache=True)
 def simulate_table(table: np.ndarray, est_col: int, alloc_col: int, free_col: int, transient_col: int,
                    comm_rank: np.ndarray, indptr: np.ndarray, succ: np.ndarray, waiting: np.ndarray,
-                   rank: np.ndarray, stream: np.ndarray, static: np.ndarray, num_streams: int):
+                   rank: np.ndarray, stream: np.ndarray, static: np.ndarray, num_streams: int, compute_slots: float):
     """The schedule, the busy and idle times and the memory replay of a graph's node table, in one call: a
     plan's featurisation makes two, where three calls and their column copies cost ~15 us each."""
     est = table[:, est_col].copy()
-    start, end = event_schedule(est, comm_rank, indptr, succ, waiting.copy(), static.shape[0])
+    start, end = event_schedule(est, comm_rank, indptr, succ, waiting.copy(), static.shape[0], compute_slots)
     busy, critical, exposed, bubble = busy_and_idle(start, end, rank, stream, est, static.shape[0], num_streams)
     peaks = replay_peaks(start, rank, table[:, alloc_col].copy(), table[:, free_col].copy(),
                          table[:, transient_col].copy(), static)

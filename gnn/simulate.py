@@ -12,6 +12,9 @@ Communication overlaps compute wherever the graph allows it. Transfers that
 are active at the same time on one rank share its link bandwidth, as in
 Proteus's HTAE: each of k concurrent transfers progresses at 1/k of its full
 rate, so the simulation is event-driven. Bubbles come from the schedule's order.
+Ranks that share a machine's cores (gloo ranks on a CPU) share them the same
+way: with ``compute_slots`` cores per pipeline rank's replicas (the graph's
+globals), k compute nodes running at once each run at min(1, slots / k).
 
 Memory: per rank, resident state (parameters, optimizer, DDP's gradient
 buckets) plus a replay of each node's allocations in start-time order: a forward keeps its
@@ -48,7 +51,7 @@ def simulate(g: ExecGraph) -> SimResult:
     start, end, busy, critical, exposed, bubble, peaks = simulate_table(
         g.table, COL["est_time"], COL["alloc_bytes"], COL["free_bytes"], COL["transient_bytes"], arrays["comm_rank"],
         arrays["indptr"], arrays["successors"], arrays["waiting"], arrays["rank"], arrays["stream"],
-        np.array(g.static_bytes, dtype=np.float64), NUM_STREAMS)
+        np.array(g.static_bytes, dtype=np.float64), NUM_STREAMS, float(g.globals.get("compute_slots", np.inf)))
     peaks = peaks.tolist()
     return SimResult(float(end.max(initial=0.0)), max(peaks), peaks, float(busy[critical, 0]),
                      float(busy[critical, 1:].sum()), exposed, bubble, start, end)

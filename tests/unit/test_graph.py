@@ -16,7 +16,7 @@ class UnitHardware(HardwareModel):
     """1 GFLOP/s compute, 1 GB/s links with no latency: easy numbers."""
 
     def __init__(self):
-        self.id, self.measured = "unit", True
+        self.id, self.measured, self.blocks = "unit", True, None
 
     def compute_time(self, flops, dtype):
         return flops / 1e9
@@ -72,8 +72,12 @@ def test_fsdp_full_gathers_every_pass_and_reduce_scatters():
     g, spec = graph(dp=2, sharding="fsdp_full", num_microbatches=2)
     assert Counter((n.kind, n.phase) for n in g.nodes if n.kind.startswith("fsdp")) == {
         ("fsdp_allgather", "forward"): 2, ("fsdp_allgather", "backward"): 2, ("fsdp_reducescatter", "backward"): 2}
+    # one all-gather per FSDP unit (each block, and the root: embeddings and head), each of its unit's shard
     gather = next(n for n in g.nodes if n.kind == "fsdp_allgather")
-    assert gather.message_bytes == pytest.approx(spec.workload.num_params * 4 / 2)
+    assert gather.count == spec.workload.layers + 1
+    assert gather.count * gather.message_bytes == pytest.approx(spec.workload.num_params * 4 / 2)
+    scatter = next(n for n in g.nodes if n.kind == "fsdp_reducescatter")
+    assert scatter.count == spec.workload.layers + 1
 
 
 def test_pipelined_fsdp_grad_op_gathers_and_reduce_scatters_once_per_stage():
