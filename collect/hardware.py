@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -66,17 +67,27 @@ def fit_collectives(points: list[dict]) -> dict:
     return dict(fits)
 
 
+@lru_cache(maxsize=1)
+def _presets() -> dict[str, str]:
+    """Every preset's file by name, read once per process: presets ship with the package and do not change
+    while it runs (a request naming one read its file again to validate it: ~0.3 ms of a single-plan request).
+    A name is looked up here, never joined into a path."""
+    return {path.stem: path.read_text() for path in sorted(PRESET_DIR.glob("*.json"))}
+
+
 def load_hardware(name: str, hardware_dir: str | Path = "data/hardware") -> dict:
     """A preset by name (a100-80gb, ...) or a measured fingerprint by id. A fingerprint taken before block
     profiles existed may name, in ``blocks_from``, a later fingerprint of the same host whose profile it uses
     (data/README.md says which and why); its ``blocks`` are then that one's."""
-    for path in (PRESET_DIR / f"{name}.json", Path(hardware_dir) / f"{name}.json"):
-        if path.exists():
-            record = json.loads(path.read_text())
-            if "blocks" not in record and record.get("blocks_from"):
-                source = load_hardware(record["blocks_from"], hardware_dir)
-                # the source's compute points go along: gnn.block_model rescales the borrowed throughput by them
-                record["blocks"], record["blocks_compute"] = source.get("blocks", []), source["compute"]
-            return record
-    known = sorted(p.stem for p in PRESET_DIR.glob("*.json"))
-    raise ValueError(f"hardware {name!r}: no preset of that name (presets: {known}) and no {hardware_dir}/{name}.json")
+    if name in _presets():
+        return json.loads(_presets()[name])  # a fresh dict: callers may add to it
+    path = Path(hardware_dir) / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"hardware {name!r}: no preset of that name (presets: {sorted(_presets())}) "
+                         f"and no {hardware_dir}/{name}.json")
+    record = json.loads(path.read_text())
+    if "blocks" not in record and record.get("blocks_from"):
+        source = load_hardware(record["blocks_from"], hardware_dir)
+        # the source's compute points go along: gnn.block_model rescales the borrowed throughput by them
+        record["blocks"], record["blocks_compute"] = source.get("blocks", []), source["compute"]
+    return record

@@ -30,17 +30,26 @@ MAX_BODY_BYTES = 8 * 2**20
 log = logging.getLogger("plansight.serve")
 
 
+class BodyLimit:
+    """Answers 413 to a request whose Content-Length is over the limit, before anything reads its body. Plain
+    ASGI: @app.middleware("http") builds Starlette's BaseHTTPMiddleware, which streams every response through a
+    task group (~1 ms of a single-plan request's ~8 ms in the server)."""
+
+    def __init__(self, app, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        length = dict(scope.get("headers", ())).get(b"content-length") if scope["type"] == "http" else None
+        if length is not None and int(length) > self.max_body_bytes:
+            detail = f"request body of {int(length)} bytes is over the limit of {self.max_body_bytes} bytes"
+            return await JSONResponse(status_code=413, content={"detail": detail})(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="plansight", summary="Predict iteration time and peak memory of distributed training plans",
                   version="1")
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and int(length) > max_body_bytes:
-            return JSONResponse(status_code=413, content={
-                "detail": f"request body of {int(length)} bytes is over the limit of {max_body_bytes} bytes"})
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):

@@ -50,3 +50,9 @@ def test_presets_are_datasheet_records():
         assert preset["peak_flops_per_s"]["bfloat16"] > 1e14
     with pytest.raises(ValueError, match="no preset of that name"):
         load_hardware("tpu-v9")
+
+
+def test_presets_are_read_once_but_each_caller_gets_its_own_copy():
+    first = load_hardware("a100-80gb")
+    first["peak_flops_per_s"]["bfloat16"] = 1.0  # a caller changing its record changes no one else's
+    assert load_hardware("a100-80gb")["peak_flops_per_s"]["bfloat16"] > 1e14
