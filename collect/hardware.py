@@ -30,15 +30,17 @@ def largest_message(points) -> int:
     return min(MAX_MESSAGE_BYTES, largest)
 
 
-def take_fingerprint(pools: dict[int, LocalPool], max_bytes: int, hardware_dir: Path, host: str) -> str:
-    """Measure, save as ``hardware_dir/<id>.json`` and return the id: compute and the block profile on one rank,
-    collectives and concurrency on every world size of ``pools``."""
+def take_fingerprint(pools: dict[int, LocalPool], max_bytes: int, hardware_dir: Path, host: str,
+                     blocks: bool = True) -> str:
+    """Measure, save as ``hardware_dir/<id>.json`` and return the id: compute and (``blocks``) the block profile
+    on one rank, collectives and (``blocks``) concurrency on every world size of ``pools``."""
     if 1 in pools:
-        solo = pools[1].fingerprint(max_bytes=max_bytes)
+        solo = pools[1].fingerprint(max_bytes=max_bytes, blocks=blocks)
     else:
         with LocalPool(1) as one:
-            solo = one.fingerprint(max_bytes=max_bytes)
-    multi = [pt for ws, pool in sorted(pools.items()) if ws > 1 for pt in pool.fingerprint(max_bytes=max_bytes)]
+            solo = one.fingerprint(max_bytes=max_bytes, blocks=blocks)
+    multi = [pt for ws, pool in sorted(pools.items()) if ws > 1
+             for pt in pool.fingerprint(max_bytes=max_bytes, blocks=blocks)]
     points = solo + multi
     collectives = [pt for pt in points if pt["kind"] == "collective"]
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -65,7 +65,7 @@ class SweepRunner:
             self.pools = {ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s))
                           for ws in world_sizes}
             self.fingerprint_id = take_fingerprint(self.pools, largest_message(todo), self.hardware_dir,
-                                                   self.host)
+                                                   self.host, blocks=self.spec.profile_blocks)
             try:
                 self._measure_all(todo, skipped=skipped)
             finally:

@@ -70,6 +70,9 @@ class SweepSpec(BaseModel):
     """Re-measure the world size's reference plan after this many plans on it."""
     deadline_s: float = 300.0
     measure: MeasureSettings = MeasureSettings()
+    profile_blocks: bool = True
+    """Take the block profile (collect.blocks) with the sweep's fingerprint: ~1 min here, and what the simulator
+    prices compute with. Off only for sweeps whose times no model reads (the project's own tests)."""
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "SweepSpec":

@@ -19,6 +19,7 @@ SWEEP = {
     "world_sizes": [1, 2], "micro_batch_sizes": [1], "num_microbatches": [1, 2], "sampler": "random",
     "num_points": 8, "repeat_fraction": 0.25, "reference_every": 4, "deadline_s": 60,
     "measure": {"warmup_iters": 0, "timed_iters": 1, "memory_window_iters": 1},
+    "profile_blocks": False,  # a minute per session; nothing models these rows (tests/distributed/test_blocks.py)
 }
 
 
