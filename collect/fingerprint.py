@@ -20,6 +20,7 @@ import torch.distributed as dist
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 MATMUL_SIZES = (128, 256, 512, 1024)
 MATMUL_DTYPES = ("float32", "bfloat16")
+BLOCK_REPEATS = 5  # a tensor-parallel layer on 4 ranks sharing 2 cores takes up to ~0.2 s
 
 
 def message_sizes(max_bytes: int, min_bytes: int = 16) -> list[int]:
@@ -34,13 +35,14 @@ def measure_fingerprint_on_rank(max_bytes: int, repeats: int = 15, blocks: bool 
                                 block_grid: list | None = None) -> list[dict]:
     """This rank's points: compute (one rank) or collectives (more), and with ``blocks`` the block profile (one
     rank, over ``block_grid`` or collect.blocks' default) and the concurrency points (every world size)."""
-    from collect.blocks import concurrency_points, measure_block_profile
+    from collect.blocks import concurrency_points, measure_block_profile, tp_layer_points
 
     world, cpu = dist.get_world_size(), torch.device("cpu")
     if world == 1:
         points = _compute_points(repeats) + (measure_block_profile(cpu, grid=block_grid) if blocks else [])
     else:
         points = [_collective_point(op, size, world, repeats) for op in COLLECTIVES for size in message_sizes(max_bytes)]
+        points += tp_layer_points(cpu, torch.float32, BLOCK_REPEATS, block_grid) if blocks else []
     return points + (concurrency_points(cpu, torch.float32, repeats) if blocks else [])
 
 

@@ -35,29 +35,41 @@ def _relative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 def point_features(point: dict) -> np.ndarray:
-    """[1, FLOPs, weight bytes, activation bytes] of a profiled block at its size."""
+    """[1, FLOPs, weight bytes, activation bytes] of a profiled block at its size, per rank: a layer measured
+    tensor-parallel over ``ranks`` ranks holds its shard (gnn.costs, as for any plan's blocks)."""
+    ranks = point.get("ranks", 1)
     w = Workload(layers=1, hidden=point["hidden"], heads=point["heads"], seq_len=point["seq_len"],
                  vocab=point["vocab"], micro_batch_size=point["batch"], global_batch_size=point["batch"],
                  dtype=point["dtype"])
-    return np.array([1.0, *block_features(block_costs(w, Plan()), point["block"], dtype_bytes(w))])
+    plan = Plan(tp=ranks, sequence_parallel=point["variant"] == "tp_sp") if ranks > 1 else Plan()
+    return np.array([1.0, *block_features(block_costs(w, plan), point["block"], dtype_bytes(w))])
 
 
 class BlockModel:
     def __init__(self, points: list[dict]):
+        self.concurrency = _concurrency([p for p in points if p["kind"] == "concurrency"])
         by_key: dict[tuple, list[dict]] = defaultdict(list)
         for p in points:
             if p["kind"] == "block":
-                by_key[(p["block"] if p["variant"] == "plain" else "layer", p["variant"])].append(p)
-        if not any(variant == "plain" for _, variant in by_key):
+                block = p["block"] if p["variant"] == "plain" else "layer"
+                by_key[(block, p["variant"], p.get("ranks", 1))].append(p)
+        if not any(variant == "plain" for _, variant, _ in by_key):
             raise ValueError("a block profile needs plain block points (collect.blocks)")
-        self.coef: dict[tuple[str, str, str], np.ndarray] = {}
-        for (block, variant), pts in by_key.items():
+        self.coef: dict[tuple[str, str, str], np.ndarray] = {}  # one rank: (block, variant, phase)
+        self.group_coef: dict[tuple[str, int, str], np.ndarray] = {}  # a whole pool: (variant, ranks, phase)
+        for (block, variant, ranks), pts in by_key.items():
             design = np.stack([point_features(p) for p in pts])
+            # a pool's ranks shared its cores while they ran: per rank with a core of its own, as the simulator
+            # shares cores itself (gnn.simulate)
+            shared = self.concurrency.get(ranks, 1.0)
             for phase in PHASES:
-                seconds = np.array([max(p[f"{phase}_s"], 1e-7) for p in pts])
-                self.coef[(block, variant, phase)] = _relative_fit(design, seconds)
+                seconds = np.array([max(p[f"{phase}_s"], 1e-7) for p in pts]) / shared
+                coef = _relative_fit(design, seconds)
+                if ranks == 1:
+                    self.coef[(block, variant, phase)] = coef
+                else:
+                    self.group_coef[(variant, ranks, phase)] = coef
         self.optimizer = self._fit_optimizer([p for p in points if p["kind"] == "optimizer"])
-        self.concurrency = _concurrency([p for p in points if p["kind"] == "concurrency"])
 
     @staticmethod
     def _fit_optimizer(points: list[dict]) -> dict[str, np.ndarray]:
@@ -73,7 +85,7 @@ class BlockModel:
         the two machines' measured fp32 matmul throughput. Fixed and per-byte costs stay: a one-copy bandwidth
         reading moved the byte costs the wrong way on the CPU rows (a 64 MB copy read 1.6-2.2x faster on the
         profiling machine, while its wide blocks were not), and nothing measured says how dispatch differs."""
-        for coef in self.coef.values():
+        for coef in (*self.coef.values(), *self.group_coef.values()):
             coef[1] *= ratio
         return self
 
@@ -88,6 +100,12 @@ class BlockModel:
         if key not in self.coef:
             return 0.0
         return self.seconds("layer", variant, phase, features) - self.seconds("layer", "plain", phase, features)
+
+    def group_seconds(self, variant: str, ranks: int, phase: str, features) -> float | None:
+        """A layer's seconds tensor-parallel over ``ranks`` real ranks, collectives included (None: not
+        measured at that group size)."""
+        coef = self.group_coef.get((variant, ranks, phase))
+        return None if coef is None else float(coef @ np.array([1.0, *features]))
 
     def optimizer_seconds(self, variant: str, tensors: float, params: float) -> float:
         coef = self.optimizer.get(variant)

@@ -420,8 +420,21 @@ class PassCompiler:
             return max(blocks.wrapper_seconds(self.plan.recompute, "backward", layer), 0.0)
         seconds = blocks.seconds(kind, "plain", phase, self._features(kind))
         if kind in ("attn", "mlp"):
-            seconds += 0.5 * sum(blocks.wrapper_seconds(v, phase, layer) for v in self._wrappers(phase))
+            seconds += 0.5 * sum(self._wrapper_seconds(v, phase, layer) for v in self._wrappers(phase))
         return max(seconds, 0.0)
+
+    def _wrapper_seconds(self, variant: str, phase: str, layer: tuple[float, float, float]) -> float:
+        """What a wrapper adds to a layer's phase. Tensor parallelism, where the profile timed a layer on a pool
+        of tp real ranks: that layer less what the graph charges besides (the plain attention and MLP blocks
+        at their shard, and the layer's two tp_comm calls): DTensor's collective path on a real group, which a
+        one-rank mesh and the raw collective curves both miss. Elsewhere the one-rank wrapper cost."""
+        blocks, plan = self.hw.blocks, self.plan
+        group = blocks.group_seconds(variant, plan.tp, phase, layer) if variant in ("tp", "tp_sp") else None
+        if group is None:
+            return blocks.wrapper_seconds(variant, phase, layer)
+        plain = sum(blocks.seconds(kind, "plain", phase, self._features(kind)) for kind in ("attn", "mlp"))
+        calls = 2 * self._cost("tp_comm", phase, 1, 0.0, self.c.boundary_bytes, plan.tp, self.tp_cross)
+        return max(group - plain - calls, 0.0)
 
     def _optimizer_seconds(self, stages: tuple[int, ...], params: float) -> float | None:
         """AdamW's step on this rank's ``params`` (already sharded): a cost per tensor and per parameter, on

@@ -29,9 +29,13 @@ def test_one_rank_profile_has_every_block_and_wrapper_and_fits():
     assert model.wrapper_seconds("tp", "forward", small) > 0
 
 
-def test_every_pool_times_a_layer_with_all_ranks_computing():
+def test_every_pool_times_layers_with_all_ranks_computing():
     with LocalPool(2, deadline_s=300) as pool:
-        points = pool.fingerprint(max_bytes=1024, repeats=3)
+        points = pool.fingerprint(max_bytes=1024, repeats=3, block_grid=GRID)
     concurrency = [p for p in points if p["kind"] == "concurrency"]
     assert concurrency and all(p["ranks"] == 2 and p["time_s"] > 0 for p in concurrency)
-    assert {p["kind"] for p in points} == {"collective", "concurrency"}
+    assert {p["kind"] for p in points} == {"collective", "concurrency", "block"}
+    # a layer tensor-parallel over the pool's two ranks, with and without sequence parallelism, at every size
+    tp = [p for p in points if p["kind"] == "block"]
+    assert {(p["variant"], p["hidden"]) for p in tp} == {(v, h) for v in ("tp", "tp_sp") for h, _, _ in GRID}
+    assert all(p["ranks"] == 2 and p["forward_s"] > 0 for p in tp)

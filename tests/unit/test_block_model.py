@@ -103,3 +103,46 @@ def test_ranks_sharing_cores_share_their_speed():
     assert _two_ranks_computing(1.0).iter_time_s == pytest.approx(2.0)  # one core for two ranks
     shared = _two_ranks_computing(1.0)
     assert shared.compute_s == pytest.approx(2.0)  # the busy time the rank really computed
+
+
+def _group_points(ranks, fixed_ms, slowdown=1.0):
+    """A tensor-parallel layer timed on a pool of ``ranks``, taking a fixed ``fixed_ms`` beyond its FLOPs,
+    while the pool's ranks shared cores ``slowdown`` times over."""
+    points = []
+    for hidden, seq, batch in SIZES:
+        p = _point("layer", "tp", hidden, seq, batch, 0, 0)
+        p["ranks"] = ranks
+        flops = point_features(p)[1]
+        p["forward_s"] = p["backward_s"] = slowdown * (fixed_ms * 1e-3 + flops / 1e11)
+        points.append(p)
+    return points
+
+
+def test_a_pool_layer_is_fitted_per_rank_with_a_core_each():
+    concurrency = [{"kind": "concurrency", "ranks": r, "hidden": 128, "seq_len": 32, "batch": 2, "time_s": t}
+                   for r, t in ((1, 1.0), (4, 2.0))]
+    model = BlockModel(_synthetic() + _group_points(4, 5.0, slowdown=2.0) + concurrency)
+    assert model.group_coef[("tp", 4, "forward")][0] == pytest.approx(5e-3, rel=1e-3)  # the sharing taken out
+    assert model.group_seconds("tp", 2, "forward", (0.0, 0.0, 0.0)) is None  # no pool of 2 measured
+
+
+def test_tensor_parallel_layers_cost_what_the_pool_measured():
+    from collect.schema import RunSpec
+    from gnn.passes import PassCompiler
+
+    spec = RunSpec.model_validate({"workload": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32, "vocab": 512,
+                                               "micro_batch_size": 1, "global_batch_size": 1},
+                                  "plan": {"tp": 2}, "cluster": {"devices_per_node": 2, "memory_bytes": 2**30}})
+    base = {"id": "x", "source": "measured", "compute": [{"kind": "matmul", "dtype": "float32", "flops_per_s": 1e11}],
+            "links": {"intra_node": {"bandwidth_bytes_per_s": 1e9}}}
+
+    def attention_forward(points):
+        hw = HardwareModel({**base, "blocks": points})
+        compiler = PassCompiler(spec.workload, spec.plan, spec.cluster, hw)
+        calls = 2 * hw.comm_time("all_reduce", compiler.c.boundary_bytes, 2)  # the layer's two tp_comm calls
+        return compiler._block_seconds("attn", "forward"), calls
+
+    (one_rank, _), (pool, calls) = attention_forward(_synthetic()), attention_forward(_synthetic() + _group_points(2, 20.0))
+    # one rank: the one-rank wrapper's 1 ms a layer. A pool: its 20 ms beyond FLOPs, less the plain attention and MLP
+    # blocks' 0.2 ms fixed costs each and the collectives the graph charges. Half of each goes to the attention block.
+    assert pool - one_rank == pytest.approx(0.5 * (20e-3 - 0.4e-3 - calls) - 0.5 * 1e-3, rel=1e-3)
