@@ -116,7 +116,7 @@ def test_median_aggregation_takes_the_middle_member():
         Ensemble([], aggregate="mode")
 
 
-def test_memory_falls_back_to_physics_only_where_members_disagree_beyond_validation():
+def test_a_prediction_falls_back_to_physics_only_where_members_disagree_beyond_validation():
     from gnn.ensemble import fall_back
 
     point, base = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, float("nan")])
@@ -126,6 +126,19 @@ def test_memory_falls_back_to_physics_only_where_members_disagree_beyond_validat
     assert out[2] == pytest.approx(1.0 / 16)  # 4x the limit: 1/16 of the correction
     assert out[3] == 1.0  # no physics base to fall back to
     assert fall_back(point[:1], np.zeros(1), base[:1], np.zeros(1))[0] == 1.0  # one member: no spread, no fallback
+
+
+def test_time_and_memory_both_fall_back_when_members_disagree():
+    from gnn.ensemble import Ensemble
+
+    ens = Ensemble([])
+    ens.spread_limit.fill_(0.1)
+    agree = np.array([[[1.0, 2.0, 0.0]], [[1.0, 2.0, 0.0]]])  # 2 members, 1 plan, no spread
+    apart = np.array([[[0.6, 1.6, 0.0]], [[1.4, 2.4, 0.0]]])  # same mean, spread 0.4 = 4x the limit
+    base, domains = np.zeros((1, 2)), np.zeros(1, dtype=int)
+    kept, faded = ens.summarize(agree, base, domains), ens.summarize(apart, base, domains)
+    assert kept["log_time"][0] == pytest.approx(1.0) and kept["log_mem"][0] == pytest.approx(2.0)
+    assert faded["log_time"][0] == pytest.approx(1.0 / 16) and faded["log_mem"][0] == pytest.approx(2.0 / 16)
 
 
 def test_calibration_fits_the_spread_limit_from_validation(vtrain_dataset, small_parts, ensemble):
