@@ -5,7 +5,8 @@ layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
 (the b(72sd^2 + 12s^2d) per training step, over three passes); activation bytes
 b(34 s d + 5 a s^2) per layer at 2-byte precision (Korthikanti et al.), scaled
 by the dtype. Tensor parallelism divides the matmul FLOPs and most activation
-bytes by tp; full recompute keeps only each block's input.
+bytes by tp (not the logits: the head's output is gathered); full recompute
+keeps only each block's input.
 """
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         head_flops=2 * b * s * d * v / t,
         activation_bytes_per_layer=act,
         boundary_bytes=b * s * d * db,
-        logits_bytes=b * s * v * 4 / t,  # cross-entropy runs in fp32
+        # cross-entropy runs in fp32 on the whole vocabulary: the TP head is ColwiseParallel with a replicated
+        # output (collect/parallel/tp.py, no loss parallelism), so every rank holds all the logits
+        logits_bytes=b * s * v * 4,
         layer_params=(12 * d * d) / t + 13 * d,
         embed_params=(v * d) / t + s * d,
         head_params=(v * d) / t + 2 * d,

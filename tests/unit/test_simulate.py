@@ -106,3 +106,15 @@ def test_sharing_ends_when_one_transfer_finishes():
     r = simulate(_graph([short, long], []))
     # both at half rate until 1.0 s (short done), then long finishes its last 0.5 s alone
     assert list(r.end) == pytest.approx([1.0, 1.5])
+
+
+def test_tensor_parallel_head_keeps_whole_logits_on_every_rank():
+    """The collector's TP head is ColwiseParallel with a replicated output (collect/parallel/tp.py): its matmul is
+    split by tp, but every rank then holds all the fp32 logits, and so does the loss."""
+    from collect.schema import Plan, Workload
+    from gnn.costs import block_costs
+
+    w = Workload(layers=2, hidden=64, heads=2, seq_len=32, vocab=512, micro_batch_size=2, global_batch_size=4)
+    one, two = block_costs(w, Plan()), block_costs(w, Plan(tp=2))
+    assert two.head_flops == one.head_flops / 2
+    assert two.logits_bytes == one.logits_bytes == 2 * 32 * 512 * 4
