@@ -16,12 +16,10 @@ base (memory: the simulator's peak; time: the fitted analytical model) as the
 members' spread exceeds what they showed on the validation rows: past its
 99th percentile there, the correction is scaled by (limit / spread)^2. On the
 rows the model was fitted for nothing changes; held-out strategy families and
-world sizes are where it acts. Time was left alone at first, its base being
-far weaker than memory's (25% against 4% MAPE on the CPU random split); but
-on held-out FSDP-full plans a few interleaved pipelines drew corrections of
-5x to 17x from members that disagreed by orders of magnitude, and with the
-guard that split's time MAPE went from 29.6% to 21.3% while no other split
-moved by more than 0.4 points (README, Accuracy).
+world sizes are where it acts. Time's base is far weaker than memory's (25%
+against 4% MAPE on the CPU random split), but a correction the members cannot
+agree on is worse: on held-out FSDP-full plans they drew 13x and 17x time
+predictions without the guard (README, Accuracy).
 """
 from __future__ import annotations
 
