@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+from collect import cpu_alloc
 from collect.measure import MeasureSettings
 from collect.result import RankOutcome, RunResult, combine_ranks
 from collect.schema import RunSpec
@@ -46,12 +47,15 @@ def _worker(rank: int, world_size: int, port: int, tasks, results, collective_ti
 
     import warnings
 
+    from collect import cpu_alloc, gloo_settle
     from collect.fingerprint import measure_fingerprint_on_rank
     from collect.measure import measure_on_rank
 
     # DTensor warns that its RNG is incomplete on CPU meshes; init values do not matter here.
     warnings.filterwarnings("ignore", message="DTensor random operators")
     torch.set_num_threads(1)
+    gloo_settle.install()
+    cpu_alloc.install()  # before gloo and the plans allocate: every CPU byte of theirs is counted
     dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=datetime.timedelta(seconds=collective_timeout_s))
     results.put(("ready", rank, None))
@@ -112,6 +116,7 @@ class LocalPool:
         self.close()
 
     def _start(self) -> None:
+        cpu_alloc.build()  # once here, so ranks only load it (a first build takes ~30 s)
         ctx = mp.get_context("spawn")
         self._results = ctx.Queue()
         self._tasks = [ctx.Queue() for _ in range(self.world_size)]
