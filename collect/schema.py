@@ -92,7 +92,10 @@ class Plan(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_schedule(cls, data):
-        if isinstance(data, dict) and data.get("pp", 1) > 1 and data.get("pp_schedule") is None:
+        # before field validation: pp may be anything here, and a bad one is the field check's to report
+        pp = data.get("pp", 1) if isinstance(data, dict) else None
+        pp = int(pp) if isinstance(pp, str) and pp.strip().isdigit() and len(pp) < 10 else pp
+        if isinstance(pp, int) and pp > 1 and data.get("pp_schedule") is None:
             data = {**data, "pp_schedule": "1f1b"}
         return data
 

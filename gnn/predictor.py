@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from collect.hardware import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from gnn.dataset import featurize_arrays
 from gnn.ensemble import Ensemble
@@ -278,6 +279,7 @@ class Predictor:
     def predict_columns(self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None,
                         workers: int | None = None) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
+        load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, in the caller, not in a worker
         parts = {}
         workers = default_workers(len(specs)) if workers is None else workers
         with self._forward_threads(workers):

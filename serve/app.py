@@ -6,59 +6,80 @@ POST /predict takes and returns what `python -m serve predict` does; POST
 /search runs a plan search (in memory; the CLI keeps studies in RDB storage);
 GET /health; GET /model names the loaded model, its version and validation
 metrics. OpenAPI docs at /docs. Invalid requests get 422 naming the field and
-the rule; bodies over the size limit get 413; the process survives any
-request. The featurisation workers start in the background at start-up
+the rule (never echoing the body); bodies over the size limit get 413, stalled
+ones 408 (serve/guard.py); a search whose client hangs up stops; SIGTERM
+stops within seconds; the process survives any request. The featurisation workers start in the background at start-up
 (--no-warm: on the first large request), so the first large batch does not
 wait for them to import torch.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import gc
 import logging
 import os
 import threading
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from collect.hardware import UnknownHardware
 from gnn.predictor import Predictor
+from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
 from serve.predictor import load_predictor, model_summary, predict
 from serve.schemas import PredictRequest, PredictResponse, SearchRequest, SearchResponse
+from serve.search import SearchCancelled, search
 
-MAX_BODY_BYTES = 8 * 2**20
+MAX_ERRORS_SHOWN = 50
+SHUTDOWN_GRACE_S = 3  # SIGTERM: requests in flight get this long, then searches stop at their next batch
+DISCONNECT_POLL_S = 0.5
 log = logging.getLogger("plansight.serve")
 
 
-class BodyLimit:
-    """Answers 413 to a request whose Content-Length is over the limit, before anything reads its body. Plain
-    ASGI: @app.middleware("http") builds Starlette's BaseHTTPMiddleware, which streams every response through a
-    task group (~1 ms of a single-plan request's ~8 ms in the server)."""
-
-    def __init__(self, app, max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
-
-    async def __call__(self, scope, receive, send):
-        length = dict(scope.get("headers", ())).get(b"content-length") if scope["type"] == "http" else None
-        if length is not None and int(length) > self.max_body_bytes:
-            detail = f"request body of {int(length)} bytes is over the limit of {self.max_body_bytes} bytes"
-            return await JSONResponse(status_code=413, content={"detail": detail})(scope, receive, send)
-        return await self.app(scope, receive, send)
+def problems(errors: list[dict]) -> list[dict]:
+    """Pydantic's errors as the field and the rule only: never the input (it can be megabytes, or hold NaN,
+    which JSON cannot carry)."""
+    shown = [{"loc": [str(part) if not isinstance(part, int) else part for part in e.get("loc", ())],
+              "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in errors[:MAX_ERRORS_SHOWN]]
+    if len(errors) > MAX_ERRORS_SHOWN:
+        shown.append({"loc": [], "msg": f"... and {len(errors) - MAX_ERRORS_SHOWN} more", "type": "truncated"})
+    return shown
 
 
-def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES,
+               client_timeout_s: float = BODY_CHUNK_TIMEOUT_S) -> FastAPI:
+    searches: set[threading.Event] = set()  # one per /search in flight: set to stop it
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        for stop in list(searches):  # shutting down: every search stops at its next batch
+            stop.set()
+
     app = FastAPI(title="plansight", summary="Predict iteration time and peak memory of distributed training plans",
-                  version="1")
-    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+                  version="1", lifespan=lifespan)
+    app.add_middleware(BodyGuard, max_body_bytes=max_body_bytes, chunk_timeout_s=client_timeout_s)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        return JSONResponse(status_code=422, content={"detail": problems(exc.errors())})
+
+    @app.exception_handler(UnknownHardware)
+    async def unknown_hardware(request: Request, exc: UnknownHardware):
+        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body", "cluster"], "msg": str(exc),
+                                                                  "type": "unknown_hardware"}]})
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
         log.exception("request %s failed", request.url.path)
-        return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}: {exc}"})
+        return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}"})
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "model_loaded": True}
+        return {"status": "ok", "model_loaded": True, "searches_in_flight": len(searches)}
 
     @app.get("/model")
     def model() -> dict:
@@ -72,10 +93,22 @@ def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES) -> Fa
         return Response(predict(predictor, request).model_dump_json(), media_type="application/json")
 
     @app.post("/search", response_model=SearchResponse)
-    def search_plans(request: SearchRequest) -> SearchResponse:
-        from serve.search import search
-
-        return search(predictor, request, storage=None)
+    async def search_plans(body: SearchRequest, request: Request):
+        # on a worker thread, watched from here: a client that hangs up stops its search at the next batch
+        stop = threading.Event()
+        searches.add(stop)
+        work = asyncio.ensure_future(asyncio.to_thread(search, predictor, body, None, should_stop=stop.is_set))
+        try:
+            while not work.done():
+                await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+                if not work.done() and await request.is_disconnected():
+                    stop.set()
+            return work.result()
+        except SearchCancelled as e:
+            return JSONResponse(status_code=503, content={"detail": str(e)})
+        finally:
+            stop.set()
+            searches.discard(stop)
 
     return app
 
@@ -89,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
     parser.add_argument("--no-warm", action="store_true",
                         help="start the featurisation workers on the first large request, not at start-up")
+    parser.add_argument("--client-timeout", type=float, default=BODY_CHUNK_TIMEOUT_S, metavar="SECONDS",
+                        help="close a connection whose request headers, or next body chunk, take longer than this")
     args = parser.parse_args(argv)
     try:
         predictor = load_predictor(args.model)
@@ -101,4 +136,6 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_warm:  # in the background: the service answers while its workers import torch
         threading.Thread(target=predictor.start_workers, name="warm-workers", daemon=True).start()
     print(f"plansight: serving {predictor.info.get('uri', args.model)} on http://{args.host}:{args.port} (docs at /docs)")
-    uvicorn.run(create_app(predictor), host=args.host, port=args.port, log_level="warning")
+    protocol, timeout_s = with_timeouts(args.client_timeout)
+    uvicorn.run(create_app(predictor, client_timeout_s=timeout_s), host=args.host, port=args.port,
+                log_level="warning", http=protocol, timeout_graceful_shutdown=SHUTDOWN_GRACE_S)

@@ -6,10 +6,12 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
+from collect.hardware import DEFAULT_HARDWARE_DIR
 from gnn.predictor import Predictor
 from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 
@@ -17,7 +19,7 @@ from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 def load_predictor(source: str) -> Predictor:
     """A local predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model)."""
     if Path(source).is_file():
-        return Predictor.load(source)
+        return Predictor.load(source, DEFAULT_HARDWARE_DIR)
     import mlflow
 
     from gnn.tracking import setup
@@ -28,6 +30,8 @@ def load_predictor(source: str) -> Predictor:
     except mlflow.exceptions.MlflowException as e:
         raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
     predictor = model.unwrap_python_model().predictor
+    # fingerprints collected after the model was trained are as usable as those bundled with it
+    predictor.hardware_dir = os.pathsep.join([str(DEFAULT_HARDWARE_DIR), predictor.hardware_dir])
     predictor.info = {**predictor.info, **_registry_info(source)}
     return predictor
 

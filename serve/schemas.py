@@ -7,7 +7,7 @@ the OpenAPI schema. Every problem is reported with the field it concerns:
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,11 @@ MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
 MAX_WORLD_SIZE = 16_384  # GPU count limit
 MAX_SEARCH_TRIALS = 5_000
+# The execution graph grows with stages and micro-batches, and its simulation about as stages^2 x micro-batches:
+# pp 256 x 1,024 micro-batches took 9 s and 1.2 GB here, pp 512 x 512 28 s and 1.7 GB (2026-11-23).
+MAX_STAGES = 256  # pp * virtual_stages of one plan
+MAX_MICROBATCHES = 65_536  # of one plan
+MAX_SCHEDULE_WORK = 2**26  # per request: the sum over plans of (pp * virtual_stages)^2 * num_microbatches
 
 
 class _Request(BaseModel):
@@ -72,6 +77,21 @@ class ClusterSpec(_Request):
         return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes)
 
 
+def schedule_work(plan: Plan) -> int:
+    return plan.num_stages ** 2 * plan.num_microbatches
+
+
+def limit_problems(plan: Plan) -> list[str]:
+    """What makes one plan too large to predict within the service's time and memory bounds."""
+    problems = []
+    if plan.num_stages > MAX_STAGES:
+        problems.append(f"plan.pp ({plan.pp}) * plan.virtual_stages ({plan.virtual_stages}) = {plan.num_stages} "
+                        f"pipeline stages is over the limit of {MAX_STAGES}")
+    if plan.num_microbatches > MAX_MICROBATCHES:
+        problems.append(f"plan.num_microbatches ({plan.num_microbatches}) is over the limit of {MAX_MICROBATCHES}")
+    return problems
+
+
 def _check_workload(w: Workload) -> None:
     if w.num_params > MAX_PARAMS:
         raise ValueError(f"workload: {w.num_params:.3g} parameters is over the limit of {MAX_PARAMS:.3g}")
@@ -86,7 +106,12 @@ class PredictRequest(_Request):
     def _check(self) -> "PredictRequest":
         _check_workload(self.workload)
         cluster = self.cluster.cluster()
-        problems = [f"plans[{i}]: {msg}" for i, p in enumerate(self.plans) for msg in plan_problems(self.workload, p, cluster)]
+        problems = [f"plans[{i}]: {msg}" for i, p in enumerate(self.plans)
+                    for msg in limit_problems(p) or plan_problems(self.workload, p, cluster)]
+        work = sum(schedule_work(p) for p in self.plans)
+        if not problems and work > MAX_SCHEDULE_WORK:
+            problems.append(f"plans: the sum over plans of (pp * virtual_stages)^2 * num_microbatches is {work}, over "
+                            f"the limit of {MAX_SCHEDULE_WORK} per request (about 10 s of work); send fewer plans")
         if problems:
             shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
             raise ValueError("; ".join(shown))
@@ -125,8 +150,10 @@ class SearchRequest(_Request):
     """time: fastest plan that fits; pareto: time vs peak memory (NSGA-II)."""
     trials: int = Field(default=200, ge=1, le=MAX_SEARCH_TRIALS)
     top_k: int = Field(default=5, ge=1, le=100)
-    seed: int = 0
-    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    """Sampler seed (numpy's range)."""
+    micro_batch_sizes: tuple[Annotated[int, Field(ge=1, le=2**20)], ...] = Field(default=(1, 2, 4, 8), min_length=1,
+                                                                                  max_length=16)
     sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""

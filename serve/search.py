@@ -44,13 +44,17 @@ EXHAUSTIVE_BATCH = 256  # nothing to learn between rounds: bigger batches predic
 TPE_OPTIONS: dict = {}
 
 
+class SearchCancelled(RuntimeError):
+    """The search was told to stop (its client went away, or the service is shutting down)."""
+
+
 def space_of(request: SearchRequest) -> Space:
     return Space(request.workload, request.cluster.cluster(), micro_batch_sizes=request.micro_batch_sizes)
 
 
 def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     """Sample one plan; None if the sampled combination is not a valid plan."""
-    layouts = {f"pp{pp}-dp{dp}-tp{tp}": (pp, dp, tp) for pp, dp, tp in space.layouts()}
+    layouts = space.layouts_by_name
     pp, dp, tp = layouts[trial.suggest_categorical("layout", list(layouts))]
     mbs = trial.suggest_categorical("micro_batch_size", list(space.micro_batch_sizes))
     # torch composes DDP with tp only without dp, and ZeRO-1 never with tp (collect.schema)
@@ -105,7 +109,7 @@ def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna
 
 
 def run_search(predictor: Predictor, request: SearchRequest, storage: str | None = None, name: str | None = None,
-               progress: bool = False, space: Space | None = None) -> optuna.Study:
+               progress: bool = False, space: Space | None = None, should_stop=None) -> optuna.Study:
     """Run (or resume) the study until it holds request.trials finished trials, or every plan of the space when
     exhaustive (over ``space`` if given)."""
     space = space or space_of(request)
@@ -121,6 +125,8 @@ def run_search(predictor: Predictor, request: SearchRequest, storage: str | None
     todo = budget - sum(t.state.is_finished() for t in study.trials)
     with tqdm(total=max(todo, 0), desc="searching plans", unit="trial", disable=not progress) as bar:
         while todo > 0:
+            if should_stop is not None and should_stop():
+                raise SearchCancelled(f"search stopped after {budget - todo} of {budget} trials")
             batch = [study.ask() for _ in range(min(BATCH if plans is None else EXHAUSTIVE_BATCH, todo))]
             specs = [suggest(t, space) for t in batch]
             valid = [(t, s) for t, s in zip(batch, specs) if s is not None]
@@ -173,12 +179,12 @@ def _results(predictor: Predictor, request: SearchRequest, trials, space: Space,
 
 
 def search(predictor: Predictor, request: SearchRequest, storage: str | None = None, progress: bool = False,
-           space: Space | None = None) -> SearchResponse:
+           space: Space | None = None, should_stop=None) -> SearchResponse:
     """Run the search and answer with the top plans (and the Pareto front); ``space`` narrows the default space."""
     from serve.predictor import model_summary
 
     space = space or space_of(request)
-    study = run_search(predictor, request, storage, progress=progress, space=space)
+    study = run_search(predictor, request, storage, progress=progress, space=space, should_stop=should_stop)
     feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
     best = _results(predictor, request, feasible, space, limit=request.top_k)
     pareto = []

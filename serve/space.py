@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 from collect.sweep import layouts
+from serve.schemas import limit_problems
 
 SHARDINGS = ("none", "zero1", "fsdp_grad_op", "fsdp_full")
 RECOMPUTES = ("none", "selective", "full")
@@ -35,8 +37,17 @@ class Space:
 
     def layouts(self) -> list[tuple[int, int, int]]:
         """(pp, dp, tp) with tp within a node: tensor parallelism across nodes is never the fast choice."""
+        return self._layouts
+
+    @cached_property
+    def _layouts(self) -> list[tuple[int, int, int]]:
         limit = min(self.max_tp, self.cluster.devices_per_node)
         return [lay for lay in layouts(self.cluster.world_size) if lay[2] <= limit]
+
+    @cached_property
+    def layouts_by_name(self) -> dict[str, tuple[int, int, int]]:
+        """The layouts as the search's categorical choices, computed once per space, not once per trial."""
+        return {f"pp{pp}-dp{dp}-tp{tp}": (pp, dp, tp) for pp, dp, tp in self.layouts()}
 
     def spec(self, pp: int, dp: int, tp: int, mbs: int, sharding: str, recompute: str, schedule: str | None,
              virtual: int, sp: bool) -> RunSpec | None:
@@ -48,11 +59,16 @@ class Space:
         p = Plan.model_construct(dp=dp, tp=tp, pp=pp, sharding=sharding, recompute=recompute,
                                  pp_schedule=schedule if pp > 1 else None, virtual_stages=virtual if pp > 1 else 1,
                                  num_microbatches=self.global_batch_size // samples, sequence_parallel=sp)
-        if plan_problems(w, p, self.cluster):
+        if limit_problems(p) or plan_problems(w, p, self.cluster):
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
 
     def enumerate(self) -> list[RunSpec]:
+        """Every valid plan of the space (computed once per space)."""
+        return self._plans
+
+    @cached_property
+    def _plans(self) -> list[RunSpec]:
         out = []
         for (pp, dp, tp), mbs, sharding, recompute in itertools.product(
                 self.layouts(), self.micro_batch_sizes, self.shardings, self.recomputes):

@@ -2,6 +2,7 @@
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,12 +40,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def server(predictor_path):
-    """`python -m serve serve` on a free loopback port; yields its base URL."""
+CLIENT_TIMEOUT_S = 2  # the test servers close stalled connections after this (the default is 10 s)
+
+
+def start_server(predictor_path: Path):
+    """`python -m serve serve` on a free loopback port: (process, client) once it answers /health."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "serve", "serve", "--port", str(port), "--model", str(predictor_path)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a file, not a pipe: nobody reads a pipe while the tests run, and a full one would block the server
+    log = tempfile.NamedTemporaryFile("w+", prefix="plansight-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen([sys.executable, "-m", "serve", "serve", "--port", str(port), "--model", str(predictor_path),
+                             "--client-timeout", str(CLIENT_TIMEOUT_S)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
     from serve.client import Client
 
     client = Client(f"http://127.0.0.1:{port}")
@@ -56,8 +62,15 @@ def server(predictor_path):
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server did not start:\n{proc.stdout.read()}")
+                raise RuntimeError(f"server did not start:\n{Path(log.name).read_text()}")
             time.sleep(0.3)
+    return proc, client
+
+
+@pytest.fixture(scope="session")
+def server(predictor_path):
+    """A server shared by the tests that leave it running; yields its client."""
+    proc, client = start_server(predictor_path)
     yield client
     proc.terminate()
     proc.wait(timeout=30)

@@ -62,10 +62,18 @@ def test_a_failing_chunk_raises_in_the_caller_and_the_workers_stay_usable(predic
     import pytest
 
     specs = _specs(2 * CHUNK + 1)
-    with pytest.raises(ValueError, match="no preset of that name"):
-        predictor.predict_columns(specs, "no-such-hardware", workers=1)
+    broken = specs[CHUNK + 3].model_copy(update={"workload": specs[0].workload.model_copy(update={"heads": 0})})
+    with pytest.raises(ValueError, match="math domain error"):  # heads 0, which no schema passes, in chunk 2
+        predictor.predict_columns(specs[:CHUNK + 3] + [broken] + specs[CHUNK + 4:], "a100-80gb", workers=1)
     again = predictor.predict_columns(specs, "a100-80gb", workers=1)
     assert np.isfinite(again["iter_time_s"]).all()
+
+
+def test_an_unknown_hardware_name_fails_in_the_caller_naming_where_it_looked(predictor):
+    import pytest
+
+    with pytest.raises(ValueError, match="no fingerprint no-such-hardware.json in data/hardware"):
+        predictor.predict_columns(_specs(3), "no-such-hardware", workers=1)
 
 
 def test_workers_end_when_the_process_that_started_them_is_killed(predictor_path):
