@@ -83,7 +83,13 @@ class UnknownHardware(ValueError):
     """A hardware name that is neither a preset nor a fingerprint found where fingerprints are looked up."""
 
 
-DEFAULT_HARDWARE_DIR = Path(__file__).resolve().parents[1] / "data" / "hardware"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_hardware_dir() -> Path:
+    """Where collected fingerprints live: data/hardware, or $PLANSIGHT_HARDWARE_DIR."""
+    return Path(os.environ.get("PLANSIGHT_HARDWARE_DIR", REPO / "data" / "hardware"))
+
 FINGERPRINT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what collect names them: no separators
 
 
@@ -123,6 +129,6 @@ def _shown(path: Path) -> str:
     """A path as an error message may show it: relative to the repository, else only its last two parts
     (a served model's folder says nothing a client needs and something about the server)."""
     try:
-        return str(path.resolve().relative_to(DEFAULT_HARDWARE_DIR.parents[1]))
+        return str(path.resolve().relative_to(REPO))
     except ValueError:
         return str(Path(*path.parts[-2:]))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collect.hardware import DEFAULT_HARDWARE_DIR
+from collect.hardware import default_hardware_dir
 from gnn.predictor import Predictor
 from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 
@@ -19,7 +19,7 @@ from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 def load_predictor(source: str) -> Predictor:
     """A local predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model)."""
     if Path(source).is_file():
-        return Predictor.load(source, DEFAULT_HARDWARE_DIR)
+        return Predictor.load(source, default_hardware_dir())
     import mlflow
 
     from gnn.tracking import setup
@@ -31,7 +31,7 @@ def load_predictor(source: str) -> Predictor:
         raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
     predictor = model.unwrap_python_model().predictor
     # fingerprints collected after the model was trained are as usable as those bundled with it
-    predictor.hardware_dir = os.pathsep.join([str(DEFAULT_HARDWARE_DIR), predictor.hardware_dir])
+    predictor.hardware_dir = os.pathsep.join([str(default_hardware_dir()), predictor.hardware_dir])
     predictor.info = {**predictor.info, **_registry_info(source)}
     return predictor
 

@@ -1,4 +1,6 @@
 """A real (small) GNN ensemble: trained, tracked in a temporary MLflow sqlite store, registered, reloaded."""
+from pathlib import Path
+
 import mlflow
 import numpy as np
 import pytest
@@ -56,6 +58,31 @@ def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts
     graphs = [vtrain_dataset[int(i)] for i in small_parts["test"][:20]]
     np.testing.assert_array_equal(model.unwrap_python_model().predictor.ensemble.predict(graphs)["iter_time_s"],
                                   fresh["iter_time_s"])
+
+
+def test_a_registered_model_predicts_on_a_fingerprint_collected_after_it_was_trained(
+        vtrain_dataset, small_parts, ensemble, tracking, tmp_path, monkeypatch):
+    """Collect, then predict: the model bundles the fingerprints it was trained with, and still finds one that
+    `make collect` wrote to data/hardware later."""
+    import shutil
+
+    from collect.schema import RunSpec
+    from gnn.tracking import CHAMPION, MODEL_NAME, log_surrogate
+    from serve.predictor import load_predictor
+
+    log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
+    collected = tmp_path / "hardware"
+    collected.mkdir()
+    shutil.copy(Path(vtrain_dataset.hardware_dir) / "vm-20261123T123157.json", collected / "vm-20991231T000000.json")
+    monkeypatch.setenv("PLANSIGHT_HARDWARE_DIR", str(collected))
+    predictor = load_predictor(f"models:/{MODEL_NAME}@{CHAMPION}")
+    spec = RunSpec.model_validate({"workload": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 64, "vocab": 512,
+                                                "micro_batch_size": 2, "global_batch_size": 4},
+                                   "plan": {"dp": 2}, "cluster": {"devices_per_node": 2, "memory_bytes": 2**30}})
+    out = predictor.predict_columns([spec], "vm-20991231T000000", workers=0)
+    assert np.isfinite(out["iter_time_s"]).all()
+    with pytest.raises(ValueError, match="no fingerprint vm-20991231T000001.json in"):
+        predictor.predict_columns([spec], "vm-20991231T000001", workers=0)
 
 
 def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_parts, ensemble, tracking, monkeypatch,
