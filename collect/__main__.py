@@ -19,18 +19,18 @@ from pydantic import ValidationError
 from collect.measure import MeasureSettings
 from collect.pool import LocalPool
 from collect.result import build_row
-from collect.schema import RunSpec
-from collect.store import CorruptResultsError
+from collect.inputs import InputError, load_model, validation_lines
+from collect.schema import RunSpec, local_problems
+from collect.store import CorruptResultsError, StoreBusyError, StoreWriteError
 from collect.sweep import SweepSpec
 
 
 def _load_spec(path: str) -> RunSpec:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SystemExit(f"error: cannot read {path}: {exc}")
-    return RunSpec.model_validate(data)
+    spec = load_model(path, RunSpec)
+    problems = local_problems(spec)
+    if problems:
+        raise InputError("\n".join([f"error: {path} cannot be measured here:", *(f"  {p}" for p in problems)]))
+    return spec
 
 
 def cmd_measure(args) -> None:
@@ -97,16 +97,24 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         args.fn(args)
+    except InputError as exc:
+        _fail(str(exc), USAGE_ERROR)
     except ValidationError as exc:
-        sys.exit(f"error: invalid input\n{_describe(exc)}")
-    except CorruptResultsError as exc:
-        sys.exit(f"error: {exc}")
+        _fail("\n".join(["error: invalid input", *validation_lines(exc)]), USAGE_ERROR)
+    except (CorruptResultsError, StoreBusyError) as exc:
+        _fail(f"error: {exc}", USAGE_ERROR)
+    except StoreWriteError as exc:
+        _fail(f"error: {exc}", 1)
     except KeyboardInterrupt:
-        sys.exit("interrupted: every finished plan is stored; run the same command again to resume")
+        _fail("interrupted: every finished plan is stored; run the same command again to resume", 130)
 
 
-def _describe(exc: ValidationError) -> str:
-    return "\n".join(f"  {'.'.join(map(str, e['loc'])) or '(spec)'}: {e['msg']}" for e in exc.errors())
+USAGE_ERROR = 2  # bad input: what argparse itself exits with
+
+
+def _fail(message: str, status: int) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

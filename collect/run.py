@@ -48,6 +48,10 @@ class SweepRunner:
         self.since_ref: dict[int, int] = {}
 
     def run(self, limit: int | None = None, remeasure_memory: bool = False) -> dict:
+        with self.store.writing():  # one sweep per output: a second is refused, not run beside this one
+            return self._run(limit, remeasure_memory)
+
+    def _run(self, limit: int | None, remeasure_memory: bool) -> dict:
         order = schedule_measurements(self.spec)
         done = self.store.done_ids() - (self._stale_memory_ids() if remeasure_memory else set())
         todo = [item for item in order if measurement_id(item[0], item[1]) not in done]

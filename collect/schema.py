@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -238,3 +239,34 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
             f"divisible by plan.pp ({p.pp}): {p.num_microbatches} % {p.pp} = {p.num_microbatches % p.pp}"
         )
     return problems
+
+
+MAX_LOCAL_RANKS = 64  # processes on one machine: beyond this gloo's setup alone takes minutes
+STATE_BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
+
+
+def local_problems(spec: RunSpec, memory_bytes: int | None = None) -> list[str]:
+    """What the local pool (CPU ranks over gloo on this machine) cannot honour, on top of plan_problems: GPU
+    plans are measured under torchrun, and a model whose training state alone is over half this machine's
+    memory (``memory_bytes``, default: read from the OS) would only swap."""
+    problems = []
+    c = spec.cluster
+    if c.device != "cpu" or c.backend != "gloo":
+        problems.append(f"cluster.device {c.device!r} with backend {c.backend!r}: the local pool runs CPU ranks over "
+                        "gloo; measure GPU plans with `torchrun ... -m collect sweep` on the GPUs")
+    if c.world_size > MAX_LOCAL_RANKS:
+        problems.append(f"cluster world size {c.world_size} is over the local pool's limit of {MAX_LOCAL_RANKS} ranks")
+    memory_bytes = memory_bytes or _machine_memory_bytes()
+    state = STATE_BYTES_PER_PARAM * spec.workload.num_params
+    if memory_bytes and state > memory_bytes // 2:
+        problems.append(f"workload: {spec.workload.num_params:.3g} parameters need {state / 2**30:.1f} GiB of training "
+                        f"state ({STATE_BYTES_PER_PARAM} bytes each), over half of this machine's "
+                        f"{memory_bytes / 2**30:.1f} GiB")
+    return problems
+
+
+def _machine_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -7,15 +7,25 @@ temporary file and renaming it over the old one (atomic on POSIX), then empties
 the journal. Rows are keyed by ``measurement_id``; a row present in both files
 (a crash between rename and truncation) is read once.
 
-Corruption is never silent: an unreadable Parquet file or a malformed journal
-line raises CorruptResultsError naming the file and line. The one exception is
-a torn last line with no newline, which is what a kill mid-write leaves: it is
-moved aside to ``<journal>.torn-<time>`` (kept, not deleted) and reported.
+Corruption is never silent: an unreadable Parquet file, one without the key
+columns, or a journal line that is not a row (bad bytes, bad JSON, not an
+object, no ``measurement_id`` or ``status``) raises CorruptResultsError naming
+the file, line and rule, and leaves the files as they were. The one exception
+is a torn last line with no newline, which is what a kill mid-write leaves: it
+is moved aside to ``<journal>.torn-<time>`` (kept, not deleted) and reported.
+
+One writer per store: ``with store.writing():`` holds an exclusive lock on
+``<name>.lock`` (released by the OS if the process dies), and a second writer is
+refused with StoreBusyError. A write that fails (a full or read-only disk)
+raises StoreWriteError naming the path; what was stored before stays stored.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -23,10 +33,29 @@ from pathlib import Path
 import pandas as pd
 
 KEY = "measurement_id"
+STATUSES = ("ok", "oom", "error", "timeout")
 
 
 class CorruptResultsError(RuntimeError):
     pass
+
+
+class StoreBusyError(RuntimeError):
+    """Another process is writing to the same store."""
+
+
+class StoreWriteError(RuntimeError):
+    """Writing the store failed (disk full, read-only, ...); nothing stored before was lost."""
+
+
+@contextlib.contextmanager
+def _writing_to(path: Path):
+    try:
+        yield
+    except OSError as exc:
+        raise StoreWriteError(f"cannot write {exc.filename or path}: {exc.strerror}; every row stored before is "
+                              "kept: free space or fix permissions, then run the same command again to resume"
+                              ) from exc
 
 
 class ResultStore:
@@ -35,14 +64,37 @@ class ResultStore:
         self.journal_path = self.parquet_path.with_suffix(".journal.jsonl")
         self.parquet_path.parent.mkdir(parents=True, exist_ok=True)
 
+    @contextlib.contextmanager
+    def writing(self):
+        """Hold the store's writer lock: a second sweep on the same output is refused, not run twice."""
+        lock_path = self.parquet_path.with_suffix(".lock")
+        with _writing_to(lock_path):
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                raise StoreBusyError(f"{self.parquet_path} is being written by {holder}; wait for that sweep to "
+                                     "end (or stop it), or give this one another --out") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the lock
+
     def append(self, row: dict) -> None:
         line = json.dumps(row, default=_json_default, separators=(",", ":")) + "\n"
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with _writing_to(self.journal_path):
+            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                data = line.encode()
+                written = os.write(fd, data)
+                if written != len(data):  # a short write on a full disk: what got in is a torn line
+                    raise OSError(28, "No space left on device (short write)", str(self.journal_path))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def load(self) -> pd.DataFrame:
         frames = []
@@ -52,6 +104,10 @@ class ResultStore:
             except Exception as exc:
                 raise CorruptResultsError(f"{self.parquet_path}: unreadable Parquet ({exc}); "
                                           "move it aside or restore it from git, nothing was changed") from exc
+            missing = {KEY, "status"} - set(frames[0].columns)
+            if missing:
+                raise CorruptResultsError(f"{self.parquet_path}: not a results file (no {', '.join(sorted(missing))} "
+                                          "column); move it aside or restore it from git, nothing was changed")
         journal_rows = self._read_journal()
         if journal_rows:
             frames.append(pd.DataFrame(journal_rows))
@@ -69,16 +125,27 @@ class ResultStore:
         df = self.load()
         if len(df) == 0:
             return df
-        tmp = self.parquet_path.with_suffix(".parquet.tmp")
-        df.to_parquet(tmp, compression="zstd", index=False)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.parquet_path)
-        # Only now may the journal go: every row in it is inside the renamed Parquet.
-        with open(self.journal_path, "w") as f:
-            f.flush()
-            os.fsync(f.fileno())
+        with _writing_to(self.parquet_path), self._temporary() as tmp:
+            df.to_parquet(tmp, compression="zstd", index=False)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, self.parquet_path)
+            # Only now may the journal go: every row in it is inside the renamed Parquet.
+            with open(self.journal_path, "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
         return df
+
+    @contextlib.contextmanager
+    def _temporary(self):
+        """A temporary file beside the store, named for this writer alone; removed if not renamed."""
+        fd, name = tempfile.mkstemp(dir=self.parquet_path.parent, prefix=f"{self.parquet_path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            yield Path(name)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
     def _read_journal(self) -> list[dict]:
         if not self.journal_path.exists():
@@ -86,27 +153,43 @@ class ResultStore:
         raw = self.journal_path.read_bytes()
         lines = raw.split(b"\n")
         torn = lines.pop() if lines and lines[-1] else None  # last element is b"" when the file ends in \n
-        rows = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise CorruptResultsError(f"{self.journal_path}:{number}: malformed row ({exc}); "
-                                          "fix or remove that line, nothing was changed") from exc
+        rows = [row for number, line in enumerate(lines, start=1) if line.strip()
+                for row in [self._parse_row(number, line)]]
         if torn is not None:
             self._set_aside_torn_line(raw, torn)
         return rows
 
+    def _parse_row(self, number: int, line: bytes) -> dict:
+        where = f"{self.journal_path}:{number}"
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, absurd nesting or numbers
+            raise CorruptResultsError(f"{where}: malformed row ({type(exc).__name__}: {str(exc)[:200]}); "
+                                      "fix or remove that line, nothing was changed") from None
+        problem = _row_problem(row)
+        if problem:
+            raise CorruptResultsError(f"{where}: not a results row ({problem}); "
+                                      "fix or remove that line, nothing was changed")
+        return row
+
     def _set_aside_torn_line(self, raw: bytes, torn: bytes) -> None:
         aside = self.journal_path.with_name(f"{self.journal_path.name}.torn-{int(time.time())}")
-        aside.write_bytes(torn)
-        tmp = self.journal_path.with_suffix(".tmp")
-        tmp.write_bytes(raw[: len(raw) - len(torn)])
-        os.replace(tmp, self.journal_path)
+        with _writing_to(aside), self._temporary() as tmp:
+            aside.write_bytes(torn)
+            tmp.write_bytes(raw[: len(raw) - len(torn)])
+            os.replace(tmp, self.journal_path)
         warnings.warn(f"{self.journal_path}: last line was cut off mid-write (a killed run); "
                       f"moved its {len(torn)} bytes to {aside}")
+
+
+def _row_problem(row) -> str | None:
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    if not isinstance(row.get(KEY), str) or not row[KEY]:
+        return f"no {KEY!r} string"
+    if row.get("status") not in STATUSES:
+        return f"'status' is {row.get('status')!r}, not one of {list(STATUSES)}"
+    return None
 
 
 def _json_default(value):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+
+from collect.inputs import InputError, load_model
 
 
 class RequestError(SystemExit):
@@ -24,17 +25,9 @@ class RequestError(SystemExit):
 def load_request(path: str, model: type[BaseModel]):
     """Parse and validate; on bad input, exit 2 with every problem and the field it concerns."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise RequestError(f"error: cannot read {path}: {e.strerror}") from None
-    try:
-        return model.model_validate_json(text)
-    except ValidationError as e:
-        lines = [f"error: {path} is not a valid {model.__name__}:"]
-        for err in e.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(request)"
-            lines.append(f"  {where}: {err['msg']}")
-        raise RequestError("\n".join(lines)) from None
+        return load_model(path, model)
+    except InputError as e:
+        raise RequestError(str(e)) from None
 
 
 def plan_label(plan, micro_batch_size: int) -> str:
@@ -85,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spec", help='SPEC.json: {"workload": {...}, "cluster": {...}, "plans": [{...}, ...]}')
     parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
     args = parser.parse_args(rest)
+    from collect.hardware import UnknownHardware
     from serve.predictor import load_predictor, predict
     from serve.schemas import PredictRequest
 
@@ -93,4 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         predictor = load_predictor(args.model)
     except ValueError as e:
         raise RequestError(f"error: {e}") from None
-    print(json.dumps(predict(predictor, request).model_dump(mode="json"), indent=1))
+    try:
+        response = predict(predictor, request)
+    except UnknownHardware as e:
+        raise RequestError(f"error: {args.spec}: cluster: {e}") from None
+    print(json.dumps(response.model_dump(mode="json"), indent=1))

@@ -1,7 +1,10 @@
+import os
+import threading
+
 import pandas as pd
 import pytest
 
-from collect.store import CorruptResultsError, ResultStore
+from collect.store import CorruptResultsError, ResultStore, StoreBusyError, StoreWriteError
 
 
 def _row(i: int, status: str = "ok") -> dict:
@@ -61,3 +64,69 @@ def test_corrupt_parquet_is_reported_and_left_alone(tmp_path):
     with pytest.raises(CorruptResultsError, match=r"s\.parquet: unreadable Parquet"):
         store.done_ids()
     assert store.parquet_path.read_bytes() == b"PAR1 truncated garbage"
+
+
+@pytest.mark.parametrize("line, rule", [(b"123", "a JSON int, not an object"),
+                                        (b'{"foo": 1}', "no 'measurement_id' string"),
+                                        (b'{"measurement_id": "m9", "status": "fine"}', "'status' is 'fine'"),
+                                        (b"\xff\xfe\x00garbage", "malformed row"),
+                                        (b"[" * 100_000, "malformed row")])
+def test_a_journal_line_that_is_not_a_row_is_refused_naming_file_line_and_rule(tmp_path, line, rule):
+    store = ResultStore(tmp_path / "s.parquet")
+    store.append(_row(0))
+    with open(store.journal_path, "ab") as f:
+        f.write(line + b"\n")
+    before = store.journal_path.read_bytes()
+    with pytest.raises(CorruptResultsError, match=rf"s\.journal\.jsonl:2: .*{rule}"):
+        store.load()
+    assert store.journal_path.read_bytes() == before and not store.parquet_path.exists()
+
+
+def test_a_parquet_file_without_the_key_columns_is_refused(tmp_path):
+    store = ResultStore(tmp_path / "s.parquet")
+    pd.DataFrame({"x": [1, 2]}).to_parquet(store.parquet_path)
+    with pytest.raises(CorruptResultsError, match="no measurement_id, status column"):
+        store.load()
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_store(tmp_path):
+    first, second = ResultStore(tmp_path / "s.parquet"), ResultStore(tmp_path / "s.parquet")
+    with first.writing():
+        with pytest.raises(StoreBusyError, match=f"being written by pid {os.getpid()}"):
+            with second.writing():
+                pass
+    with second.writing():  # free again once the first let go
+        second.append(_row(0))
+
+
+def test_concurrent_compactions_share_no_temporary_file(tmp_path):
+    """Two handles on one store compacting at once (what two writers did) lose nothing and never collide."""
+    stores = [ResultStore(tmp_path / "s.parquet") for _ in range(2)]
+    errors = []
+
+    def work(store, offset):
+        try:
+            for i in range(25):
+                store.append(_row(offset + i))
+                store.compact()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s, 100 * k)) for k, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_full_disk_is_one_error_naming_the_path_and_keeps_what_was_stored(tmp_path):
+    store = ResultStore(tmp_path / "s.parquet")
+    store.append(_row(0))
+    store.compact()
+    store.journal_path.unlink()
+    store.journal_path.symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(StoreWriteError, match=r"cannot write .*s\.journal\.jsonl: No space left on device"):
+        store.append(_row(1))
+    assert list(pd.read_parquet(store.parquet_path).measurement_id) == ["m0"]
