@@ -176,6 +176,9 @@ class SearchResponse(BaseModel):
     sampler: str = "optuna"
     """How the plans were chosen: exhaustive (every plan of the space) or optuna."""
     trials: int
+    """Trials evaluated (complete, or pruned as invalid); trials a killed run left behind were evaluated again."""
+    distinct_plans: int = 0
+    """Different plans among them (samplers revisit good plans)."""
     feasible_trials: int
     space_size: int
     best: list[SearchResult]

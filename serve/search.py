@@ -111,45 +111,88 @@ def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna
 def run_search(predictor: Predictor, request: SearchRequest, storage: str | None = None, name: str | None = None,
                progress: bool = False, space: Space | None = None, should_stop=None) -> optuna.Study:
     """Run (or resume) the study until it holds request.trials finished trials, or every plan of the space when
-    exhaustive (over ``space`` if given)."""
+    exhaustive (over ``space`` if given). A resumed study first gives back the trials a killed run left running,
+    so each is evaluated; an exhaustive one evaluates each plan of the space exactly once."""
     space = space or space_of(request)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     plans = exhaustive(request, space)
     # an exhaustive study and a sampled one of the same request are different studies
     name = name or study_name(request, predictor) + ("-all" if plans is not None else "")
     study = make_study(request, name, storage)
-    if plans is not None and not study.trials:  # a resumed study already holds its queue
-        for spec in plans:
-            study.enqueue_trial(params_of(spec))
-    budget = len(plans) if plans is not None else request.trials
-    todo = budget - sum(t.state.is_finished() for t in study.trials)
+    _requeue_abandoned(study)
+    if plans is not None:
+        _enqueue_missing(study, plans)
+        todo = _count(study, optuna.trial.TrialState.WAITING)
+    else:
+        todo = request.trials - len(finished_trials(study))
     with tqdm(total=max(todo, 0), desc="searching plans", unit="trial", disable=not progress) as bar:
         while todo > 0:
             if should_stop is not None and should_stop():
-                raise SearchCancelled(f"search stopped after {budget - todo} of {budget} trials")
-            batch = [study.ask() for _ in range(min(BATCH if plans is None else EXHAUSTIVE_BATCH, todo))]
-            specs = [suggest(t, space) for t in batch]
-            valid = [(t, s) for t, s in zip(batch, specs) if s is not None]
-            for t, s in zip(batch, specs):
-                if s is None:
-                    t.set_user_attr("invalid", "rejected by collect.schema.plan_problems")
-                    study.tell(t, state=optuna.trial.TrialState.PRUNED)
-            if valid:
-                pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=0)
-                for (t, s), row in zip(valid, pred.to_dict("records")):
-                    capacity = s.cluster.memory_bytes
-                    over = (row["peak_mem_bytes"] - capacity) / capacity
-                    t.set_constraint("mem_over_capacity", over)  # feasible when <= 0: what the samplers read
-                    t.set_user_attr("mem_over_capacity", over)
-                    t.set_user_attr("iter_time_s", row["iter_time_s"])
-                    t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
-                    values = [math.log(row["iter_time_s"])]
-                    if request.objective == "pareto":
-                        values.append(math.log(row["peak_mem_bytes"]))
-                    study.tell(t, values if len(values) > 1 else values[0])
-            todo -= len(batch)
-            bar.update(len(batch))
+                raise SearchCancelled(f"search stopped with {todo} trials to go")
+            n = min(BATCH if plans is None else EXHAUSTIVE_BATCH, todo)
+            _evaluate(predictor, request, study, space, [study.ask() for _ in range(n)])
+            todo -= n
+            bar.update(n)
     return study
+
+
+def _evaluate(predictor: Predictor, request: SearchRequest, study: optuna.Study, space: Space, batch) -> None:
+    specs = [suggest(t, space) for t in batch]
+    valid = [(t, s) for t, s in zip(batch, specs) if s is not None]
+    for t, s in zip(batch, specs):
+        if s is None:
+            t.set_user_attr("invalid", "rejected by collect.schema.plan_problems")
+            study.tell(t, state=optuna.trial.TrialState.PRUNED)
+    if not valid:
+        return
+    pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=0)
+    for (t, s), row in zip(valid, pred.to_dict("records")):
+        capacity = s.cluster.memory_bytes
+        over = (row["peak_mem_bytes"] - capacity) / capacity
+        t.set_constraint("mem_over_capacity", over)  # feasible when <= 0: what the samplers read
+        t.set_user_attr("mem_over_capacity", over)
+        t.set_user_attr("iter_time_s", row["iter_time_s"])
+        t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
+        values = [math.log(row["iter_time_s"])]
+        if request.objective == "pareto":
+            values.append(math.log(row["peak_mem_bytes"]))
+        study.tell(t, values if len(values) > 1 else values[0])
+
+
+def _requeue_abandoned(study: optuna.Study) -> None:
+    """Trials left RUNNING in storage belong to a run that was killed (a search holds its study alone): mark
+    them failed and queue their plans again, as optuna's RetryFailedTrialCallback does."""
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        params = t.system_attrs.get("fixed_params") or t.params
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        if params:
+            study.enqueue_trial(params, user_attrs={"retry_of": t.number})
+
+
+def _enqueue_missing(study: optuna.Study, plans: list[RunSpec]) -> None:
+    """Queue each plan of the space that is neither evaluated nor queued yet."""
+    seen = {_key(t.system_attrs.get("fixed_params") or t.params)
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                              optuna.trial.TrialState.PRUNED,
+                                                              optuna.trial.TrialState.WAITING))}
+    for spec in plans:
+        params = params_of(spec)
+        if _key(params) not in seen:
+            study.enqueue_trial(params)
+            seen.add(_key(params))
+
+
+def _key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def _count(study: optuna.Study, state) -> int:
+    return len(study.get_trials(deepcopy=False, states=(state,)))
+
+
+def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials that were evaluated: complete, or pruned as invalid plans (failed ones were given back)."""
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
 
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -191,10 +234,14 @@ def search(predictor: Predictor, request: SearchRequest, storage: str | None = N
     if request.objective == "pareto":
         front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
         pareto = sorted(_results(predictor, request, front, space), key=lambda r: r.prediction.iter_time_s)
-    sampler = "exhaustive" if exhaustive(request, space) is not None else "optuna"
+    finished = finished_trials(study)
+    distinct = len({_key(t.params) for t in finished})
+    space_size = len(space.enumerate())
+    # what was searched, said as it happened: exhaustive only when every plan of the space was evaluated
+    sampler = "exhaustive" if exhaustive(request, space) is not None and distinct == space_size else "optuna"
     return SearchResponse(model=model_summary(predictor), objective=request.objective, sampler=sampler,
-                          trials=len(study.trials), feasible_trials=len(feasible), space_size=len(space.enumerate()),
-                          best=best, pareto=pareto)
+                          trials=len(finished), distinct_plans=distinct, feasible_trials=len(feasible),
+                          space_size=space_size, best=best, pareto=pareto)
 
 
 def build_request(args) -> SearchRequest:

@@ -1,4 +1,5 @@
 """Plan search through the surrogate, checked against exhaustive enumeration of a small space."""
+import json
 import math
 
 import optuna
@@ -89,3 +90,40 @@ def test_top_plans_are_distinct_and_fastest_first(predictor, request_small):
     assert len(keys) == 5 == len(set(keys))  # samplers revisit good plans; the table must not repeat one
     times = [r.prediction.iter_time_s for r in response.best]
     assert all(b >= a * (1 - 1e-5) for a, b in zip(times, times[1:]))  # re-predicted in another batch: float noise
+
+
+def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor, request_small, tmp_path,
+                                                                       monkeypatch):
+    """A kill between ask and tell leaves trials RUNNING in storage (a drill left 209): the resumed search gives
+    them back, and an exhaustive one evaluates each plan of the space once and says so."""
+    storage = f"sqlite:///{tmp_path / 'killed.db'}"
+    request = request_small.model_copy(update={"trials": 1000, "sampler": "exhaustive"})
+    calls = {"n": 0}
+    real_predict = predictor.predict
+
+    def dies_on_the_second_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # what Ctrl-C or a kill does mid-batch: asked trials are never told
+        return real_predict(*args, **kwargs)
+
+    monkeypatch.setattr(predictor, "predict", dies_on_the_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(predictor, request, storage=storage, name="killed")
+    killed = optuna.load_study(study_name="killed", storage=storage)
+    assert killed.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    monkeypatch.setattr(predictor, "predict", real_predict)
+
+    study = run_search(predictor, request, storage=storage, name="killed")
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.WAITING not in states
+    evaluated = [json.dumps(t.params, sort_keys=True) for t in study.trials
+                 if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    space = {json.dumps(params_of(s), sort_keys=True) for s in space_of(request).enumerate()}
+    assert len(evaluated) == len(set(evaluated)) == len(space) and set(evaluated) == space
+
+
+def test_a_search_reports_what_it_searched(predictor, request_small, tmp_path):
+    request = request_small.model_copy(update={"trials": 1000, "sampler": "exhaustive"})
+    response = search(predictor, request, storage=f"sqlite:///{tmp_path / 'r.db'}")
+    assert response.sampler == "exhaustive" and response.trials == response.distinct_plans == response.space_size
