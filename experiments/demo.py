@@ -21,6 +21,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 SEARCH_WORKLOAD = REPO / "experiments" / "requests" / "gpt-20l-1536.json"
+LOG = REPO / "build" / "demo.log"
 
 
 def champion_or_train(ds, parts, max_epochs: int):
@@ -72,14 +73,25 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=80)
     parser.add_argument("--trials", type=int, default=200)
     args = parser.parse_args()
+    # the libraries first: they install their own log handlers on import, which library_logs_to replaces
+    import lightning  # noqa: F401
+
+    from gnn.logs import library_logs_to
+    from gnn.tracking import setup
+
+    print(f"plansight demo (library logs: {LOG.relative_to(REPO)})")
+    with library_logs_to(LOG):
+        setup()
+        _demo(args)
+
+
+def _demo(args) -> None:
     from gnn.dataset import PlanGraphs
     from gnn.splits import SERVING_SPLIT, named_splits
-    from gnn.tracking import setup
     from serve.cli import print_table
     from serve.schemas import SearchRequest
     from serve.search import search
 
-    setup()
     ds = PlanGraphs()
     splits = named_splits(ds.meta)
     predictor = champion_or_train(ds, splits[SERVING_SPLIT], args.max_epochs)

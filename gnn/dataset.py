@@ -79,7 +79,7 @@ class PlanGraphs(InMemoryDataset):
         self.runs = [Path(p) for p in (runs or sorted((Path(root) / "runs").glob("*.parquet")))]
         self.hardware_dir = str(Path(root) / "hardware")
         self.key = _cache_key(self.runs, Path(self.hardware_dir))
-        super().__init__(str(root))
+        super().__init__(str(root), log=False)  # our own progress bar says what it builds
         self.load(self.processed_paths[0])
         self.meta = pd.read_parquet(self.processed_paths[1])
 

@@ -84,3 +84,25 @@ class PlanGNN(nn.Module):
         base = getattr(self, "time_base", None)  # absent in models saved before the analytical base existed
         time = base(u) if base is not None else u[:, self.sim_index[0]]
         return torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)
+
+
+class Member(nn.Module):
+    """One ensemble member as inference needs it: the network and its input masks, with the same state-dict
+    keys as the training module (gnn.lightning_module.Surrogate), built from that module's hyper-parameters.
+    Loading a saved model needs neither Lightning nor any pickled code (gnn.checkpoint)."""
+
+    def __init__(self, node_dim: int, edge_dim: int, global_dim: int, sim_index, physics_columns: dict,
+                 physics: bool = True, hidden: int = 64, num_layers: int = 3, dropout: float = 0.1,
+                 feature_names: list[str] | None = None, time_base: str = "analytical", **training):
+        super().__init__()
+        self.config = {"node_dim": node_dim, "edge_dim": edge_dim, "global_dim": global_dim,
+                       "sim_index": list(sim_index), "physics_columns": physics_columns, "physics": physics,
+                       "hidden": hidden, "num_layers": num_layers, "dropout": dropout,
+                       "feature_names": feature_names, "time_base": time_base, **training}
+        self.model = PlanGNN(node_dim, edge_dim, global_dim, tuple(sim_index) if physics else None, hidden,
+                             num_layers, dropout, feature_names, time_base)
+        self.register_buffer("x_mask", torch.ones(node_dim))
+        self.register_buffer("u_mask", torch.ones(global_dim))
+
+    def forward(self, batch) -> torch.Tensor:
+        return self.model(batch.x * self.x_mask, batch.edge_index, batch.edge_attr, batch.u * self.u_mask, batch.batch)

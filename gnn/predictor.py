@@ -31,6 +31,7 @@ import torch
 
 from collect.hardware import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload
+from gnn import checkpoint
 from gnn.dataset import featurize_arrays
 from gnn.ensemble import Ensemble
 from gnn.fused import Packed, pack_arrays
@@ -311,9 +312,10 @@ class Predictor:
         return pd.concat(out).loc[rows.index] if out else pd.DataFrame()
 
     def save(self, path: str | Path) -> None:
-        torch.save({"ensemble": self.ensemble, "info": self.info}, path)
+        """Weights plus a JSON description (gnn.checkpoint): loading runs no code from the file."""
+        checkpoint.save(path, self.ensemble, self.info)
 
     @classmethod
     def load(cls, path: str | Path, hardware_dir: str | Path = "data/hardware") -> "Predictor":
-        blob = torch.load(path, weights_only=False)  # our own pickled modules
-        return cls(blob["ensemble"], hardware_dir, blob["info"])
+        ensemble, info = checkpoint.load(path)
+        return cls(ensemble, hardware_dir, info)

@@ -60,7 +60,7 @@ def champion_selection_now(ds, parts: dict, split: str) -> float | None:
     run = client.get_run(version.run_id)
     if run.data.params.get("feature_version") == ds.key:
         return run.data.metrics.get("val_selection")
-    champion = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{CHAMPION}").unwrap_python_model().predictor
+    champion = load_registered(f"models:/{MODEL_NAME}@{CHAMPION}", version.source)
     if _input_dims(champion.ensemble) != (ds.num_node_features, ds[0].u.shape[1]):
         # the graph's format changed (other features): this code can neither score nor serve it, so any model wins
         print(f"champion (version {version.version}) reads another graph format; a new model replaces it")
@@ -70,6 +70,32 @@ def champion_selection_now(ds, parts: dict, split: str) -> float | None:
     print(f"champion (version {version.version}) re-scored under the current features: {value:.4f} "
           f"(recorded {run.data.metrics.get('val_selection', float('nan')):.4f})")
     return value
+
+
+MODEL_CACHE = REPO / "build" / "models"
+
+
+def load_registered(uri: str, resolved: str | None = None):
+    """The Predictor of a logged model (models:/name@alias, models:/name/N, runs:/id/model), from its artifacts:
+    the weights file is loaded with weights_only and the pyfunc's pickle is never read. The artifacts are copied
+    once into build/models/<resolved> (``resolved``: what the URI names now, e.g. the logged model id of the
+    alias's version), so asking again costs no copy."""
+    import shutil
+    import tempfile
+
+    from gnn.predictor import Predictor
+
+    key = hashlib.sha256((resolved or uri).encode()).hexdigest()[:16]
+    local = MODEL_CACHE / key
+    if not (local / "artifacts" / "predictor.pt").is_file():
+        MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=MODEL_CACHE, prefix=f".{key}-"))
+        try:
+            mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(staging))
+            os.replace(staging, local) if not local.exists() else None  # another process may have won the race
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return Predictor.load(local / "artifacts" / "predictor.pt", local / "artifacts" / "hardware")
 
 
 def _input_dims(ensemble) -> tuple[int, int]:

@@ -22,17 +22,17 @@ def load_predictor(source: str) -> Predictor:
         return Predictor.load(source, default_hardware_dir())
     import mlflow
 
-    from gnn.tracking import setup
+    from gnn.tracking import load_registered, setup
 
     setup()
     try:
-        model = mlflow.pyfunc.load_model(source)
+        info = _registry_info(source)
+        predictor = load_registered(source, info.get("source"))
     except mlflow.exceptions.MlflowException as e:
         raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
-    predictor = model.unwrap_python_model().predictor
     # fingerprints collected after the model was trained are as usable as those bundled with it
     predictor.hardware_dir = os.pathsep.join([str(default_hardware_dir()), predictor.hardware_dir])
-    predictor.info = {**predictor.info, **_registry_info(source)}
+    predictor.info = {**predictor.info, **{k: v for k, v in info.items() if k != "source"}}
     return predictor
 
 
@@ -52,7 +52,8 @@ def _registry_info(uri: str) -> dict:
         version = client.get_model_version(name, number)
     metrics = client.get_run(version.run_id).data.metrics
     keep = {k: v for k, v in metrics.items() if k.startswith("val_") or k.startswith("test_")}
-    return {"uri": uri, "name": name, "version": int(version.version), "run_id": version.run_id, "metrics": keep}
+    return {"uri": uri, "name": name, "version": int(version.version), "run_id": version.run_id, "metrics": keep,
+            "source": f"{version.source}@{version.run_id}"}
 
 
 def predict(predictor: Predictor, request: PredictRequest) -> PredictResponse:

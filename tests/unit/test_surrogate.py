@@ -31,7 +31,7 @@ def ensemble(vtrain_dataset, small_parts):
     return train_ensemble(vtrain_dataset, small_parts, TINY, progress=False)
 
 
-def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts, ensemble, tracking):
+def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts, ensemble, tracking, tmp_path):
     from gnn.tracking import CHAMPION, MODEL_NAME, log_surrogate
     from serve.pyfunc import as_input
 
@@ -43,6 +43,8 @@ def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts
     assert {"plots", "errors.csv", "errors.md", "feature_schema.json"} <= artifacts
     assert mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, CHAMPION).run_id == run["run_id"]
 
+    logged = Path(mlflow.artifacts.download_artifacts(f"models:/{MODEL_NAME}@{CHAMPION}", dst_path=str(tmp_path)))
+    assert (logged / "artifacts" / "predictor.pt").is_file() and not list(logged.rglob("*.pkl"))  # no pickled code
     model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{CHAMPION}")
     assert model.metadata.signature is not None
     rows = vtrain_dataset.meta.loc[small_parts["test"][:20]]
@@ -83,6 +85,27 @@ def test_a_registered_model_predicts_on_a_fingerprint_collected_after_it_was_tra
     assert np.isfinite(out["iter_time_s"]).all()
     with pytest.raises(ValueError, match="no fingerprint vm-20991231T000001.json in"):
         predictor.predict_columns([spec], "vm-20991231T000001", workers=0)
+
+
+def test_a_saved_model_is_weights_and_loading_runs_no_code_from_the_file(ensemble, tmp_path):
+    from gnn.predictor import Predictor
+
+    path = tmp_path / "predictor.pt"
+    Predictor(ensemble, info={"name": "t"}).save(path)
+    blob = torch.load(path, weights_only=True)
+    assert set(blob) == {"format", "description", "info", "state_dict"} and isinstance(blob["description"], str)
+    loaded = Predictor.load(path)
+    for key, value in ensemble.state_dict().items():
+        assert torch.equal(loaded.ensemble.state_dict()[key], value), key
+
+    class Payload:  # what a hostile model file would carry
+        def __reduce__(self):
+            return (open, (str(tmp_path / "ran"), "w"))
+
+    torch.save({"ensemble": Payload()}, tmp_path / "hostile.pt")
+    with pytest.raises(ValueError, match="not a plansight model"):
+        Predictor.load(tmp_path / "hostile.pt")
+    assert not (tmp_path / "ran").exists()
 
 
 def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_parts, ensemble, tracking, monkeypatch,
