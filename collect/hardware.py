@@ -1,13 +1,14 @@
 """Hardware descriptions in one format: measured fingerprints and datasheet presets.
 
-A fingerprint is measured at sweep start (collect.fingerprint on the sweep's
-own pools) and saved as data/hardware/<id>.json; every row carries its id.
+A fingerprint is measured at sweep start (collect.fingerprint.take_fingerprint
+on the sweep's own pools) and saved as data/hardware/<id>.json; every row
+carries its id. This module only reads and describes them: it imports no
+torch, so validating a request or naming hardware costs nothing.
 Presets describe clusters never measured here, from vendor datasheets, marked
 ``"source": "datasheet"``; a cluster can name one (``"preset": "a100-80gb"``).
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -15,48 +16,11 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
 from collect.costmodel import fit_three_region
-from collect.pool import LocalPool
-from collect.schema import DTYPE_BYTES
 
-MAX_MESSAGE_BYTES = 64 * 2**20  # larger messages add minutes and nothing new: bandwidth has saturated
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
-def largest_message(points) -> int:
-    """The largest collective message a sweep's plans send (a model's parameters), capped: beyond it bandwidth
-    has long saturated."""
-    largest = max(p.workload.num_params * DTYPE_BYTES[p.workload.dtype] for p, *_ in points)
-    return min(MAX_MESSAGE_BYTES, largest)
-
-
-def take_fingerprint(pools: dict[int, LocalPool], max_bytes: int, hardware_dir: Path, host: str,
-                     blocks: bool = True) -> str:
-    """Measure, save as ``hardware_dir/<id>.json`` and return the id: compute and (``blocks``) the block profile
-    on one rank, collectives and (``blocks``) concurrency on every world size of ``pools``."""
-    if 1 in pools:
-        solo = pools[1].fingerprint(max_bytes=max_bytes, blocks=blocks)
-    else:
-        with LocalPool(1) as one:
-            solo = one.fingerprint(max_bytes=max_bytes, blocks=blocks)
-    multi = [pt for ws, pool in sorted(pools.items()) if ws > 1
-             for pt in pool.fingerprint(max_bytes=max_bytes, blocks=blocks)]
-    points = solo + multi
-    collectives = [pt for pt in points if pt["kind"] == "collective"]
-    now = datetime.datetime.now(datetime.timezone.utc)
-    fingerprint_id = f"{host}-{now:%Y%m%dT%H%M%S}"
-    record = {
-        "id": fingerprint_id, "source": "measured", "host": host, "measured_at": now.isoformat(timespec="seconds"),
-        "torch": torch.__version__, "device": "cpu", "threads_per_rank": 1,
-        "compute": [pt for pt in points if pt["kind"] in ("matmul", "memory_bandwidth")],
-        "collectives": collectives, "collective_fits": fit_collectives(collectives),
-        "blocks": [pt for pt in points if pt["kind"] in ("block", "optimizer", "concurrency")],
-    }
-    hardware_dir.mkdir(parents=True, exist_ok=True)
-    (hardware_dir / f"{fingerprint_id}.json").write_text(json.dumps(record, indent=1))
-    return fingerprint_id
 
 
 def fit_collectives(points: list[dict]) -> dict:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
-from sklearn.ensemble import HistGradientBoostingRegressor
 
 PLAN_FEATURES_PREFIX = "f_"
 SIM_COLUMNS = ("f_log_sim_time", "f_log_sim_mem", "f_log_sim_compute", "f_log_sim_comm", "f_log_sim_exposed",
@@ -105,6 +104,9 @@ class GBTPredictor(Predictor):
         return df[sorted(cols)].to_numpy(dtype=float)
 
     def fit(self, train):
+        # here, not at the top: every prediction imports this module (gnn.physics_base), and sklearn costs ~1.4 s
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
         self.time_model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, random_state=0)
         self.time_model.fit(self._x(train), np.log(train["iter_time_s"]))
         mem = train[_has_memory(train)]
