@@ -105,6 +105,9 @@ def main(argv=None) -> None:
         _fail(f"error: {exc}", USAGE_ERROR)
     except StoreWriteError as exc:
         _fail(f"error: {exc}", 1)
+    except OSError as exc:  # writing a fingerprint or the sweep's spec: a full or read-only disk
+        _fail(f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}; every finished plan is stored, "
+              "run the same command again once it is writable", 1)
     except KeyboardInterrupt:
         _fail("interrupted: every finished plan is stored; run the same command again to resume", 130)
 

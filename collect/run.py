@@ -23,7 +23,7 @@ from collect.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.pool import LocalPool
 from collect.result import build_row
 from collect.schema import Cluster, Plan, RunSpec, Workload
-from collect.store import ResultStore
+from collect.store import ResultStore, StoreWriteError
 from collect.sweep import SweepSpec, measurement_id, schedule_measurements
 
 COMPACT_EVERY = 50  # rows between journal -> Parquet compactions
@@ -72,8 +72,12 @@ class SweepRunner:
                                                    self.host, blocks=self.spec.profile_blocks)
             try:
                 self._measure_all(todo, skipped=skipped)
-            finally:
+            except StoreWriteError:
+                raise  # the disk refuses writes: compacting would too, and the journal holds every stored row
+            except BaseException:
                 self.store.compact()
+                raise
+            self.store.compact()
         return self.counts
 
     def _stale_memory_ids(self) -> set[str]:

@@ -150,6 +150,8 @@ class ResultStore:
     def _read_journal(self) -> list[dict]:
         if not self.journal_path.exists():
             return []
+        if not self.journal_path.is_file():  # a device or folder in its place: never read one
+            raise CorruptResultsError(f"{self.journal_path}: not a regular file; move it aside, nothing was changed")
         raw = self.journal_path.read_bytes()
         lines = raw.split(b"\n")
         torn = lines.pop() if lines and lines[-1] else None  # last element is b"" when the file ends in \n

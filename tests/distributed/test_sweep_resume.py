@@ -57,3 +57,23 @@ def test_killed_sweep_resumes_without_duplicates_or_losses(tmp_path):
     assert set(partial.measurement_id) <= set(df.measurement_id)  # nothing measured before the kill is lost
     assert (tmp_path / "runs" / "resume-test.sweep.json").exists()
     assert len(list((tmp_path / "hw").glob("*.json"))) == 2  # one fingerprint per session
+
+
+def test_a_second_sweep_on_the_same_output_is_refused(tmp_path):
+    sweep_path = tmp_path / "sweep.yaml"
+    sweep_path.write_text(yaml.safe_dump(SWEEP))
+    first = _start(tmp_path, sweep_path)
+    lock = tmp_path / "runs" / "resume-test.lock"
+    try:
+        deadline = time.time() + 120
+        while not (lock.exists() and lock.read_text().startswith("pid")):
+            assert first.poll() is None and time.time() < deadline, "the first sweep never took the store"
+            time.sleep(0.1)
+        second = _start(tmp_path, sweep_path)
+        out, _ = second.communicate(timeout=120)
+        assert second.returncode == 2, out.decode()[-2000:]
+        assert f"being written by pid {first.pid}" in out.decode() and b"Traceback" not in out
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
