@@ -38,7 +38,8 @@ def champion_or_train(ds, parts, max_epochs: int):
         return predictor
     except ValueError:
         pass
-    print("[1/3] no champion registered yet: training the ensemble on the shipped runs (all/random)")
+    print("[1/3] no usable champion (none registered, or saved in an older format): training the ensemble on the "
+          "shipped runs (all/random)")
     cfg = TrainConfig(max_epochs=max_epochs)
     start = time.perf_counter()
     ensemble = train_ensemble(ds, parts, cfg)

@@ -57,10 +57,14 @@ def champion_selection_now(ds, parts: dict, split: str) -> float | None:
         version = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
     except mlflow.exceptions.MlflowException:
         return None
+    try:  # a copy is kept after the first time (build/models), so this costs little
+        champion = load_registered(f"models:/{MODEL_NAME}@{CHAMPION}", f"{version.source}@{version.run_id}")
+    except ValueError:  # saved as pickled modules, before models were weights: unreadable now, so replaced
+        print(f"champion (version {version.version}) is in a format this code no longer reads; a new model replaces it")
+        return float("inf")
     run = client.get_run(version.run_id)
     if run.data.params.get("feature_version") == ds.key:
         return run.data.metrics.get("val_selection")
-    champion = load_registered(f"models:/{MODEL_NAME}@{CHAMPION}", version.source)
     if _input_dims(champion.ensemble) != (ds.num_node_features, ds[0].u.shape[1]):
         # the graph's format changed (other features): this code can neither score nor serve it, so any model wins
         print(f"champion (version {version.version}) reads another graph format; a new model replaces it")
