@@ -15,7 +15,6 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit
 
 
 @dataclass
@@ -64,6 +63,9 @@ def fit_three_region(sizes, times) -> ThreeRegionCurve:
 
 def _fit_with_boundaries(m: np.ndarray, t: np.ndarray, i: int, j: int) -> ThreeRegionCurve:
     """Regions: sizes[:i+1] latency-bound, sizes[j:] bandwidth-bound, between is the transition."""
+    # here: every prediction imports this module, and scipy.optimize costs ~0.5 s of a command's start
+    from scipy.optimize import OptimizeWarning, curve_fit
+
     t_s = float(np.median(t[: i + 1]))
     tail_m, tail_t = m[j:], t[j:]
     excess = np.maximum(tail_t - t_s, 1e-12)

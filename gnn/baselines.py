@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
 PLAN_FEATURES_PREFIX = "f_"
 SIM_COLUMNS = ("f_log_sim_time", "f_log_sim_mem", "f_log_sim_compute", "f_log_sim_comm", "f_log_sim_exposed",
@@ -35,6 +34,8 @@ class Predictor:
 
 def _relative_nnls(design: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Coefficients >= 0 minimising the squared *relative* error sum((Xc - y) / y)^2."""
+    from scipy.optimize import nnls  # here: predictions import this module, fits alone need scipy.optimize
+
     coef, _ = nnls(design / target[:, None], np.ones_like(target))
     return coef
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from scipy.optimize import nnls
 
 from collect.schema import Plan, Workload
 from gnn.costs import block_costs, block_features, dtype_bytes
@@ -30,6 +29,8 @@ SLOWED = 1.1  # a concurrency ratio above this is ranks sharing cores, not timin
 
 def _relative_fit(design: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     """Non-negative coefficients minimising the squared relative error (small blocks count as much as big)."""
+    from scipy.optimize import nnls  # here: every prediction imports this module, few of them fit (~0.5 s)
+
     coef, _ = nnls(design / seconds[:, None], np.ones_like(seconds))
     return coef
 

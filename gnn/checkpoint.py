@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from gnn.ensemble import Ensemble
-from gnn.model import Member
+from gnn.inference_net import Member
 
 FORMAT = 1
 

@@ -23,10 +23,9 @@ from torch_geometric.data import Data, InMemoryDataset
 from tqdm import tqdm
 
 from collect.schema import RunSpec
-from gnn.features import edge_arrays, node_features, plan_features, sim_features
+from gnn.featurize import featurize_arrays
 from gnn.hardware_model import HardwareModel, hardware_model
 from gnn.rows import load_runs, row_to_spec
-from gnn.truncate import simulate_plan
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_FILES = ["graph.py", "passes.py", "layout.py", "costs.py", "schedule.py", "simulate.py", "simkernel.py",
@@ -41,22 +40,6 @@ def _cache_key(paths: list[Path], hardware_dir: Path) -> str:
     for p in sorted(paths) + [j for j in journals if j.exists()] + hardware + [Path(__file__).parent / f for f in CODE_FILES]:
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
-
-
-def featurize_arrays(spec: RunSpec, hw: HardwareModel, flags: dict,
-                     compilers: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
-    """A plan's execution graph as arrays (x, edge_index, edge_attr, u), and its flat features and simulator
-    outputs. Plain numpy, so it crosses process boundaries as bytes: torch tensors would travel through
-    shared-memory handles, one per tensor, which costs more than building the graph. ``compilers``: a pass
-    compiler cache for a batch of plans (gnn.truncate.simulate_plan)."""
-    graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, compilers)
-    index, attr = edge_arrays(graph)
-    flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim)}.items()}
-    arrays = {"x": node_features(graph), "edge_index": index, "edge_attr": attr,
-              "u": np.array([list(flat.values())], dtype=np.float32)}
-    return arrays, {**flat, "sim_time_s": sim.iter_time_s, "sim_mem_bytes": sim.peak_mem_bytes,
-                    "sim_compute_s": sim.compute_s, "sim_comm_s": sim.comm_s, "sim_bubble_s": sim.bubble_s,
-                    "sim_exposed_s": sim.exposed_comm_s, "num_nodes": graph.num_nodes}
 
 
 def to_data(arrays: dict[str, np.ndarray]) -> Data:

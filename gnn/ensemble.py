@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch_geometric.data import Batch
 
 from gnn.fused import Packed, forward_members, fusable, pack, physics_offsets
 
@@ -63,6 +62,8 @@ class Ensemble(nn.Module):
         [n, 2] the physics base the members correct (log time, log memory)."""
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
+        if not fused:
+            from torch_geometric.data import Batch  # training modules that do not fuse; a loaded model always does
         parts = []
         for start, stop in _batches([g.x.shape[0] for g in graphs], batch_nodes):
             chunk = [graphs[i] for i in range(start, stop)]
@@ -76,6 +77,8 @@ class Ensemble(nn.Module):
     def raw_packed(self, batch: Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """raw() of graphs already joined into one (gnn.fused.Packed), as featurisation workers send them."""
         fused = fusable(self.members)
+        if not fused:
+            from torch_geometric.data import Batch  # training modules that do not fuse; a loaded model always does
         return self._raw_batch(batch if fused else Batch.from_data_list(batch.graphs()), fused)
 
     def _raw_batch(self, batch, fused: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

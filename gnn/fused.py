@@ -17,10 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch_geometric.data import Data
-from torch_geometric.nn import GINEConv
 
-from gnn.model import Standardize
+from gnn.inference_net import Standardize
 
 _CACHE: "weakref.WeakKeyDictionary[nn.ModuleList, dict]" = weakref.WeakKeyDictionary()
 # below this many edges building the sparse matrix costs more than it saves: one plan's graph (~100-400 edges)
@@ -44,7 +42,8 @@ def _built_like_plan_gnn(members: nn.ModuleList) -> bool:
         if model is None or not hasattr(model, "physics_offset"):
             return False
         mlps = [conv.nn for conv in model.convs] + [model.head]
-        if not all(isinstance(conv, GINEConv) and conv.lin is not None for conv in model.convs) or any(
+        # GINE layers with an edge linear (torch_geometric's GINEConv, or gnn.inference_net's mirror of it)
+        if not all(getattr(conv, "lin", None) is not None and hasattr(conv, "eps") for conv in model.convs) or any(
                 not isinstance(mlp.act, nn.ReLU) or mlp.act_first or not mlp.plain_last
                 or not all(isinstance(n, nn.Identity) for n in mlp.norms) for mlp in mlps):
             return False
@@ -128,8 +127,10 @@ class Packed:
                    torch.repeat_interleave(torch.arange(len(sizes)), sizes), len(sizes),
                    torch.from_numpy(arrays["edge_sizes"]))
 
-    def graphs(self) -> list[Data]:
-        """The graphs it joins, each as its own Data (for models that do not fuse)."""
+    def graphs(self) -> list:
+        """The graphs it joins, each as its own torch_geometric Data (for models that do not fuse)."""
+        from torch_geometric.data import Data  # only models that do not fuse need PyG at inference
+
         sizes = torch.bincount(self.batch, minlength=self.num_graphs)
         offsets = sizes.cumsum(0) - sizes
         edges = self.edge_index.split(self.edge_sizes.tolist(), 1)

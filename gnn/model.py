@@ -16,33 +16,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import MLP, GINEConv, global_add_pool, global_mean_pool
 
+from gnn.inference_net import Standardize
 from gnn.physics_base import AnalyticalTimeBase
-
-
-class Standardize(nn.Module):
-    """Fixed affine normalisation with statistics from the training graphs, guarded for new inputs.
-
-    A feature constant in training (one sequence length, one vocabulary) carries nothing the model could have
-    learned, so it is zeroed rather than divided by ~0: a new value would otherwise arrive as a huge input and
-    send the prediction to infinity. Standardised values are clipped for the same reason: outside the data the
-    network's correction stays bounded and the physics it corrects keeps the prediction sane.
-    """
-
-    CLIP = 10.0
-    CONSTANT = 1e-6
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("scale", torch.ones(dim))  # 1 / std, or 0 for a feature constant in training
-
-    def fit(self, values: torch.Tensor) -> None:
-        std = values.std(0)
-        self.mean.copy_(values.mean(0))
-        self.scale.copy_(torch.where(std < self.CONSTANT, torch.zeros_like(std), 1 / std.clamp_min(1e-2)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean) * self.scale).clamp(-self.CLIP, self.CLIP)
 
 
 class PlanGNN(nn.Module):
@@ -85,24 +60,3 @@ class PlanGNN(nn.Module):
         time = base(u) if base is not None else u[:, self.sim_index[0]]
         return torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)
 
-
-class Member(nn.Module):
-    """One ensemble member as inference needs it: the network and its input masks, with the same state-dict
-    keys as the training module (gnn.lightning_module.Surrogate), built from that module's hyper-parameters.
-    Loading a saved model needs neither Lightning nor any pickled code (gnn.checkpoint)."""
-
-    def __init__(self, node_dim: int, edge_dim: int, global_dim: int, sim_index, physics_columns: dict,
-                 physics: bool = True, hidden: int = 64, num_layers: int = 3, dropout: float = 0.1,
-                 feature_names: list[str] | None = None, time_base: str = "analytical", **training):
-        super().__init__()
-        self.config = {"node_dim": node_dim, "edge_dim": edge_dim, "global_dim": global_dim,
-                       "sim_index": list(sim_index), "physics_columns": physics_columns, "physics": physics,
-                       "hidden": hidden, "num_layers": num_layers, "dropout": dropout,
-                       "feature_names": feature_names, "time_base": time_base, **training}
-        self.model = PlanGNN(node_dim, edge_dim, global_dim, tuple(sim_index) if physics else None, hidden,
-                             num_layers, dropout, feature_names, time_base)
-        self.register_buffer("x_mask", torch.ones(node_dim))
-        self.register_buffer("u_mask", torch.ones(global_dim))
-
-    def forward(self, batch) -> torch.Tensor:
-        return self.model(batch.x * self.x_mask, batch.edge_index, batch.edge_attr, batch.u * self.u_mask, batch.batch)

@@ -32,7 +32,7 @@ import torch
 from collect.hardware import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from gnn import checkpoint
-from gnn.dataset import featurize_arrays
+from gnn.featurize import featurize_arrays
 from gnn.ensemble import Ensemble
 from gnn.fused import Packed, pack_arrays
 from gnn.hardware_model import hardware_model
