@@ -35,3 +35,18 @@ def test_bad_spec_exits_2_naming_the_field(predictor_path, tmp_path):
     assert out.returncode == 2 and "hidden (1000) must be divisible by heads (16)" in out.stderr
     missing = _run("predict", str(tmp_path / "nope.json"), "--model", str(predictor_path))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_a_prediction_imports_only_what_it_needs(predictor_path, tmp_path):
+    """What makes `serve predict` cost about two `import torch` (experiments/bench_cli.py times it): none of
+    PyG (2.6 s: it imports torch._dynamo), Lightning, sklearn, scipy.optimize, MLflow (for a model file) or the
+    measurement pool is imported to answer. Checked by name, not by the clock."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": PLANS[:1]}))
+    probe = ("import sys\nfrom serve.cli import main\nmain(['predict', sys.argv[1], '--model', sys.argv[2]])\n"
+             "heavy = ['torch_geometric', 'lightning', 'sklearn', 'scipy.optimize', 'mlflow', 'collect.pool']\n"
+             "print('LOADED', [m for m in heavy if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(spec), str(predictor_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "LOADED []" in out.stdout
