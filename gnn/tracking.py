@@ -11,13 +11,9 @@ from pathlib import Path
 
 import mlflow
 
-REPO = Path(__file__).resolve().parents[1]
+from gnn.model_cache import MODEL_CACHE, REPO, tracking_uri
 MODEL_NAME = "plansight"
 CHAMPION = "champion"
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{REPO / 'mlflow.db'}")
 
 
 def setup(experiment: str = "plansight") -> None:
@@ -76,18 +72,21 @@ def champion_selection_now(ds, parts: dict, split: str) -> float | None:
     return value
 
 
-MODEL_CACHE = REPO / "build" / "models"
-
-
 def load_registered(uri: str, resolved: str | None = None):
     """The Predictor of a logged model (models:/name@alias, models:/name/N, runs:/id/model), from its artifacts:
     the weights file is loaded with weights_only and the pyfunc's pickle is never read. The artifacts are copied
     once into build/models/<resolved> (``resolved``: what the URI names now, e.g. the logged model id of the
     alias's version), so asking again costs no copy."""
+    from gnn.predictor import Predictor
+
+    local = cached_copy(uri, resolved)
+    return Predictor.load(local / "artifacts" / "predictor.pt", local / "artifacts" / "hardware")
+
+
+def cached_copy(uri: str, resolved: str | None = None) -> Path:
+    """The local copy of a logged model's folder, made on first use (see load_registered)."""
     import shutil
     import tempfile
-
-    from gnn.predictor import Predictor
 
     key = hashlib.sha256((resolved or uri).encode()).hexdigest()[:16]
     local = MODEL_CACHE / key
@@ -99,7 +98,7 @@ def load_registered(uri: str, resolved: str | None = None):
             os.replace(staging, local) if not local.exists() else None  # another process may have won the race
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return Predictor.load(local / "artifacts" / "predictor.pt", local / "artifacts" / "hardware")
+    return local
 
 
 def _input_dims(ensemble) -> tuple[int, int]:

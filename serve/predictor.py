@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from collect.hardware import default_hardware_dir
+from gnn import model_cache
 from gnn.predictor import Predictor
 from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 
@@ -20,20 +21,31 @@ def load_predictor(source: str) -> Predictor:
     """A local predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model)."""
     if Path(source).is_file():
         return Predictor.load(source, default_hardware_dir())
+    cached = model_cache.lookup(source)  # the registry unchanged since last time: no MLflow import at all
+    if cached is None:
+        cached = _resolve(source)
+    local, info = cached
+    predictor = Predictor.load(local / "artifacts" / "predictor.pt",
+                               # fingerprints collected after training are as usable as those bundled with it
+                               os.pathsep.join([str(default_hardware_dir()), str(local / "artifacts" / "hardware")]))
+    predictor.info = {**predictor.info, **info}
+    return predictor
+
+
+def _resolve(source: str) -> tuple[Path, dict]:
+    """Ask the registry which model ``source`` names, copy it locally once, and remember the answer."""
     import mlflow
 
-    from gnn.tracking import load_registered, setup
+    from gnn.tracking import cached_copy, setup
 
     setup()
     try:
         info = _registry_info(source)
-        predictor = load_registered(source, info.get("source"))
+        local = cached_copy(source, info.pop("source", None))
     except mlflow.exceptions.MlflowException as e:
         raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
-    # fingerprints collected after the model was trained are as usable as those bundled with it
-    predictor.hardware_dir = os.pathsep.join([str(default_hardware_dir()), predictor.hardware_dir])
-    predictor.info = {**predictor.info, **{k: v for k, v in info.items() if k != "source"}}
-    return predictor
+    model_cache.remember(source, local.name, info)
+    return local, info
 
 
 def _registry_info(uri: str) -> dict:
