@@ -61,7 +61,7 @@ def cmd_fingerprint(args) -> None:
     from contextlib import ExitStack
     from pathlib import Path
 
-    from collect.fingerprint import MAX_MESSAGE_BYTES, take_fingerprint
+    from collect.take_fingerprint import MAX_MESSAGE_BYTES, take_fingerprint
 
     if 1 not in args.world_sizes or any(ws < 1 for ws in args.world_sizes):
         raise SystemExit(f"error: --world-sizes must hold 1 (compute and blocks run there), got {args.world_sizes}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from collect.fingerprint import largest_message, take_fingerprint
+from collect.take_fingerprint import largest_message, take_fingerprint
 from collect.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.pool import LocalPool
 from collect.result import build_row

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnn.inference_net import Standardize
+from gnn.standardize import Standardize
 
 _CACHE: "weakref.WeakKeyDictionary[nn.ModuleList, dict]" = weakref.WeakKeyDictionary()
 # below this many edges building the sparse matrix costs more than it saves: one plan's graph (~100-400 edges)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import MLP, GINEConv, global_add_pool, global_mean_pool
 
-from gnn.inference_net import Standardize
+from gnn.standardize import Standardize
 from gnn.physics_base import AnalyticalTimeBase
 
 
