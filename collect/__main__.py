@@ -8,19 +8,26 @@ SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
 field names of collect.schema. Invalid input is reported, field by field,
 before any process starts.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+from contextlib import ExitStack
+from pathlib import Path
 
 from pydantic import ValidationError
 
-from collect.measure import MeasureSettings
-from collect.pool import LocalPool
-from collect.result import build_row
-from collect.inputs import InputError, load_model, validation_lines
-from collect.schema import RunSpec, local_problems
+from collect.hardware.take import MAX_MESSAGE_BYTES, take_fingerprint
+from collect.inputs import InputError, load_model, local_problems, validation_lines
+from collect.launch.pool import LocalPool
+from collect.launch.result import build_row
+from collect.launch.run import SweepRunner
+from collect.launch.torchrun import run_under_torchrun, under_torchrun
+from collect.measure.plan import MeasureSettings
+from collect.schema import RunSpec
 from collect.store import CorruptResultsError, StoreBusyError, StoreWriteError
 from collect.sweep import SweepSpec
 
@@ -42,9 +49,6 @@ def cmd_measure(args) -> None:
 
 
 def cmd_sweep(args) -> None:
-    from collect.run import SweepRunner
-    from collect.torchrun import run_under_torchrun, under_torchrun
-
     spec = SweepSpec.from_yaml(args.sweep)
     if under_torchrun():  # GPU clusters: torchrun made the ranks, this process is one of them
         counts = run_under_torchrun(spec, args.out, args.limit)
@@ -52,17 +56,12 @@ def cmd_sweep(args) -> None:
             print(f"{spec.name}: {counts}")
         return
     counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(
-        limit=args.limit, remeasure_memory=args.remeasure_memory)
+        limit=args.limit, remeasure_memory=args.remeasure_memory
+    )
     print(f"{spec.name}: {counts}")
 
 
 def cmd_fingerprint(args) -> None:
-    import socket
-    from contextlib import ExitStack
-    from pathlib import Path
-
-    from collect.take_fingerprint import MAX_MESSAGE_BYTES, take_fingerprint
-
     if 1 not in args.world_sizes or any(ws < 1 for ws in args.world_sizes):
         raise SystemExit(f"error: --world-sizes must hold 1 (compute and blocks run there), got {args.world_sizes}")
     with ExitStack() as stack:
@@ -84,13 +83,21 @@ def main(argv=None) -> None:
     s.add_argument("--out", default="data/runs")
     s.add_argument("--hardware", default="data/hardware")
     s.add_argument("--limit", type=int, default=None, help="measure at most N more plans")
-    s.add_argument("--remeasure-memory", action="store_true",
-                   help="measure again the stored plans whose CPU peak an older accounting overstated "
-                        "(FSDP with dp > 1, tp > 1; see collect.memory)")
+    s.add_argument(
+        "--remeasure-memory",
+        action="store_true",
+        help="measure again the stored plans whose CPU peak an older accounting overstated "
+        "(FSDP with dp > 1, tp > 1; see collect.measure.memory)",
+    )
     s.set_defaults(fn=cmd_sweep)
     f = sub.add_parser("fingerprint", help="measure this machine's fingerprint (compute, blocks, collectives)")
-    f.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4],
-                   help="pools to measure collectives and concurrency on (must include 1)")
+    f.add_argument(
+        "--world-sizes",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="pools to measure collectives and concurrency on (must include 1)",
+    )
     f.add_argument("--max-bytes", type=int, default=None, help="largest collective message (default 64 MiB)")
     f.add_argument("--hardware", default="data/hardware")
     f.set_defaults(fn=cmd_fingerprint)
@@ -106,8 +113,11 @@ def main(argv=None) -> None:
     except StoreWriteError as exc:
         _fail(f"error: {exc}", 1)
     except OSError as exc:  # writing a fingerprint or the sweep's spec: a full or read-only disk
-        _fail(f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}; every finished plan is stored, "
-              "run the same command again once it is writable", 1)
+        _fail(
+            f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}; every finished plan is stored, "
+            "run the same command again once it is writable",
+            1,
+        )
     except KeyboardInterrupt:
         _fail("interrupted: every finished plan is stored; run the same command again to resume", 130)
 

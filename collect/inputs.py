@@ -4,12 +4,16 @@ Every failure is an InputError naming the file and, where there is one, the
 field and the rule; the commands print it and exit with status 2. Nothing here
 raises anything else on any bytes a file can hold.
 """
+
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
+
+from collect.schema import RunSpec
 
 MAX_INPUT_BYTES = 64 * 2**20
 
@@ -30,8 +34,9 @@ def read_json(path: str | Path):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"error: {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
-                         "save it as UTF-8 JSON") from None
+        raise InputError(
+            f"error: {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8 JSON"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -55,3 +60,38 @@ def load_model(path: str | Path, model: type[BaseModel]):
         raise InputError("\n".join([f"error: {path} is not a valid {model.__name__}:", *validation_lines(e)])) from None
     except RecursionError:
         raise InputError(f"error: {path} is nested too deeply to be a {model.__name__}") from None
+
+
+MAX_LOCAL_RANKS = 64  # processes on one machine: beyond this gloo's setup alone takes minutes
+STATE_BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
+
+
+def local_problems(spec: RunSpec, memory_bytes: int | None = None) -> list[str]:
+    """What the local pool (CPU ranks over gloo on this machine) cannot honour, on top of plan_problems: GPU
+    plans are measured under torchrun, and a model whose training state alone is over half this machine's
+    memory (``memory_bytes``, default: read from the OS) would only swap."""
+    problems = []
+    c = spec.cluster
+    if c.device != "cpu" or c.backend != "gloo":
+        problems.append(
+            f"cluster.device {c.device!r} with backend {c.backend!r}: the local pool runs CPU ranks over "
+            "gloo; measure GPU plans with `torchrun ... -m collect sweep` on the GPUs"
+        )
+    if c.world_size > MAX_LOCAL_RANKS:
+        problems.append(f"cluster world size {c.world_size} is over the local pool's limit of {MAX_LOCAL_RANKS} ranks")
+    memory_bytes = memory_bytes or _machine_memory_bytes()
+    state = STATE_BYTES_PER_PARAM * spec.workload.num_params
+    if memory_bytes and state > memory_bytes // 2:
+        problems.append(
+            f"workload: {spec.workload.num_params:.3g} parameters need {state / 2**30:.1f} GiB of training "
+            f"state ({STATE_BYTES_PER_PARAM} bytes each), over half of this machine's "
+            f"{memory_bytes / 2**30:.1f} GiB"
+        )
+    return problems
+
+
+def _machine_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -8,6 +8,7 @@ group's median iteration time; the floor is the median of those deviations,
 overall and by world size. With three repeats one of them is the median
 itself (deviation 0), as the definition counts it; the mean is shown beside.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,18 @@ def noise_floor(df: pd.DataFrame, column: str = "iter_time_s") -> pd.DataFrame:
     ok = ok[ok["group_size"] >= 2]
     ok["rel_dev"] = (ok[column] - ok["group_median"]).abs() / ok["group_median"]
     rows = [("all", ok)] + [(f"world_size={ws}", g) for ws, g in ok.groupby("world_size")]
-    return pd.DataFrame([{"subset": name, "groups": g["repeat_group"].nunique(), "measurements": len(g),
-                          "median_rel_dev": g["rel_dev"].median(), "mean_rel_dev": g["rel_dev"].mean()}
-                         for name, g in rows])
+    return pd.DataFrame(
+        [
+            {
+                "subset": name,
+                "groups": g["repeat_group"].nunique(),
+                "measurements": len(g),
+                "median_rel_dev": g["rel_dev"].median(),
+                "mean_rel_dev": g["rel_dev"].mean(),
+            }
+            for name, g in rows
+        ]
+    )
 
 
 def counts(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -59,13 +69,17 @@ def hours(df: pd.DataFrame) -> tuple[float, float]:
 def render(df: pd.DataFrame, markdown: bool) -> str:
     fmt = (lambda t: t.to_markdown()) if markdown else (lambda t: t.to_string())
     busy, span = hours(df)
-    parts = [f"rows: {len(df)} ({(~df['is_reference'].astype(bool)).sum()} plans + "
-             f"{df['is_reference'].astype(bool).sum()} reference), measuring {busy:.2f} h over {span:.2f} h"]
+    parts = [
+        f"rows: {len(df)} ({(~df['is_reference'].astype(bool)).sum()} plans + "
+        f"{df['is_reference'].astype(bool).sum()} reference), measuring {busy:.2f} h over {span:.2f} h"
+    ]
     for title, table in counts(df).items():
         parts += [f"\n{title}\n", fmt(table)]
     for column, label in (("iter_time_s", "iteration time"), ("peak_mem_bytes", "peak memory")):
-        parts += [f"\nnoise floor of {label} (relative deviation of repeats from their group median)\n",
-                  fmt(noise_floor(df, column).round(4).set_index("subset"))]
+        parts += [
+            f"\nnoise floor of {label} (relative deviation of repeats from their group median)\n",
+            fmt(noise_floor(df, column).round(4).set_index("subset")),
+        ]
     parts += ["\nreference plan iteration time (s) by world size (drift)\n", fmt(drift(df).round(4))]
     return "\n".join(parts)
 

@@ -5,12 +5,12 @@ place (like torchtitan's ``ParallelDims._validate``) and its messages show the
 arithmetic. Anything RunSpec accepts must really run under collect/; anything
 that cannot run is rejected here with the reason.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,10 @@ Sharding = Literal["none", "zero1", "fsdp_grad_op", "fsdp_full"]
 Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 DType = Literal["float32", "bfloat16", "float16"]
+# each choice listed once, here: sweeps, features and the search space take these
+SHARDINGS: tuple[str, ...] = get_args(Sharding)
+RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -120,6 +124,21 @@ class Plan(_Strict):
     def dp_enabled(self) -> bool:
         return self.dp > 1
 
+    @property
+    def fsdp_enabled(self) -> bool:
+        """Parameters are wrapped by FSDP2 (fsdp_grad_op or fsdp_full); its hooks run even at dp = 1."""
+        return self.sharding in ("fsdp_grad_op", "fsdp_full")
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FSDP frees each block's gathered parameters after its forward and gathers them again for the
+        backward (fsdp_full, ZeRO-3); fsdp_grad_op keeps them (ZeRO-2-like)."""
+        return self.sharding == "fsdp_full"
+
+    @property
+    def interleaved(self) -> bool:
+        return self.pp_schedule == "interleaved_1f1b"
+
 
 class Cluster(_Strict):
     """Where the plan runs."""
@@ -195,7 +214,9 @@ def _tp_problems(w: Workload, p: Plan) -> list[str]:
     problems = []
     for name, value in (("heads", w.heads), ("hidden", w.hidden), ("vocab", w.vocab)):
         if value % p.tp:
-            problems.append(f"workload.{name} ({value}) must be divisible by plan.tp ({p.tp}): {value} % {p.tp} = {value % p.tp}")
+            problems.append(
+                f"workload.{name} ({value}) must be divisible by plan.tp ({p.tp}): {value} % {p.tp} = {value % p.tp}"
+            )
     if p.sequence_parallel and not p.tp_enabled:
         problems.append("plan.sequence_parallel needs plan.tp > 1")
     if p.sequence_parallel and w.seq_len % p.tp:
@@ -203,13 +224,17 @@ def _tp_problems(w: Workload, p: Plan) -> list[str]:
     if p.sharding == "none" and p.tp_enabled and p.dp_enabled:
         # DDP flattens gradients into plain buckets and cannot hold DTensor parameters
         # (torchtitan refuses the same combination); FSDP2 composes with TP.
-        problems.append("plan.sharding 'none' (DDP) cannot be combined with plan.tp > 1 and plan.dp > 1 "
-                        "(DDP does not support DTensor parameters); use fsdp_grad_op for dp x tp")
+        problems.append(
+            "plan.sharding 'none' (DDP) cannot be combined with plan.tp > 1 and plan.dp > 1 "
+            "(DDP does not support DTensor parameters); use fsdp_grad_op for dp x tp"
+        )
     if p.sharding == "zero1" and p.tp_enabled:
         # ZeroRedundancyOptimizer partitions and broadcasts plain tensors; it cannot
         # hold DTensor parameters, so ZeRO-1 composes with dp and pp only.
-        problems.append("plan.sharding 'zero1' cannot be combined with plan.tp > 1 "
-                        "(ZeroRedundancyOptimizer does not support DTensor parameters); use fsdp_grad_op")
+        problems.append(
+            "plan.sharding 'zero1' cannot be combined with plan.tp > 1 "
+            "(ZeroRedundancyOptimizer does not support DTensor parameters); use fsdp_grad_op"
+        )
     return problems
 
 
@@ -221,7 +246,7 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
         if p.virtual_stages != 1:
             problems.append(f"plan.virtual_stages ({p.virtual_stages}) needs plan.pp > 1")
         return problems
-    interleaved = p.pp_schedule == "interleaved_1f1b"
+    interleaved = p.interleaved
     if interleaved and p.virtual_stages < 2:
         problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
     if not interleaved and p.virtual_stages != 1:
@@ -232,41 +257,12 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
             f"({p.virtual_stages}) = {p.num_stages}: {w.layers} % {p.num_stages} = {w.layers % p.num_stages}"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
-        problems.append(f"plan.pp_schedule '1f1b' needs plan.num_microbatches ({p.num_microbatches}) >= plan.pp ({p.pp})")
+        problems.append(
+            f"plan.pp_schedule '1f1b' needs plan.num_microbatches ({p.num_microbatches}) >= plan.pp ({p.pp})"
+        )
     if interleaved and p.num_microbatches % p.pp:
         problems.append(
             f"plan.pp_schedule 'interleaved_1f1b' needs plan.num_microbatches ({p.num_microbatches}) "
             f"divisible by plan.pp ({p.pp}): {p.num_microbatches} % {p.pp} = {p.num_microbatches % p.pp}"
         )
     return problems
-
-
-MAX_LOCAL_RANKS = 64  # processes on one machine: beyond this gloo's setup alone takes minutes
-STATE_BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
-
-
-def local_problems(spec: RunSpec, memory_bytes: int | None = None) -> list[str]:
-    """What the local pool (CPU ranks over gloo on this machine) cannot honour, on top of plan_problems: GPU
-    plans are measured under torchrun, and a model whose training state alone is over half this machine's
-    memory (``memory_bytes``, default: read from the OS) would only swap."""
-    problems = []
-    c = spec.cluster
-    if c.device != "cpu" or c.backend != "gloo":
-        problems.append(f"cluster.device {c.device!r} with backend {c.backend!r}: the local pool runs CPU ranks over "
-                        "gloo; measure GPU plans with `torchrun ... -m collect sweep` on the GPUs")
-    if c.world_size > MAX_LOCAL_RANKS:
-        problems.append(f"cluster world size {c.world_size} is over the local pool's limit of {MAX_LOCAL_RANKS} ranks")
-    memory_bytes = memory_bytes or _machine_memory_bytes()
-    state = STATE_BYTES_PER_PARAM * spec.workload.num_params
-    if memory_bytes and state > memory_bytes // 2:
-        problems.append(f"workload: {spec.workload.num_params:.3g} parameters need {state / 2**30:.1f} GiB of training "
-                        f"state ({STATE_BYTES_PER_PARAM} bytes each), over half of this machine's "
-                        f"{memory_bytes / 2**30:.1f} GiB")
-    return problems
-
-
-def _machine_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None

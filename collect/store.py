@@ -19,6 +19,7 @@ One writer per store: ``with store.writing():`` holds an exclusive lock on
 refused with StoreBusyError. A write that fails (a full or read-only disk)
 raises StoreWriteError naming the path; what was stored before stays stored.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,9 +54,10 @@ def _writing_to(path: Path):
     try:
         yield
     except OSError as exc:
-        raise StoreWriteError(f"cannot write {exc.filename or path}: {exc.strerror}; every row stored before is "
-                              "kept: free space or fix permissions, then run the same command again to resume"
-                              ) from exc
+        raise StoreWriteError(
+            f"cannot write {exc.filename or path}: {exc.strerror}; every row stored before is "
+            "kept: free space or fix permissions, then run the same command again to resume"
+        ) from exc
 
 
 class ResultStore:
@@ -75,8 +77,10 @@ class ResultStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-                raise StoreBusyError(f"{self.parquet_path} is being written by {holder}; wait for that sweep to "
-                                     "end (or stop it), or give this one another --out") from None
+                raise StoreBusyError(
+                    f"{self.parquet_path} is being written by {holder}; wait for that sweep to "
+                    "end (or stop it), or give this one another --out"
+                ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
             yield self
@@ -102,12 +106,16 @@ class ResultStore:
             try:
                 frames.append(pd.read_parquet(self.parquet_path))
             except Exception as exc:
-                raise CorruptResultsError(f"{self.parquet_path}: unreadable Parquet ({exc}); "
-                                          "move it aside or restore it from git, nothing was changed") from exc
+                raise CorruptResultsError(
+                    f"{self.parquet_path}: unreadable Parquet ({exc}); "
+                    "move it aside or restore it from git, nothing was changed"
+                ) from exc
             missing = {KEY, "status"} - set(frames[0].columns)
             if missing:
-                raise CorruptResultsError(f"{self.parquet_path}: not a results file (no {', '.join(sorted(missing))} "
-                                          "column); move it aside or restore it from git, nothing was changed")
+                raise CorruptResultsError(
+                    f"{self.parquet_path}: not a results file (no {', '.join(sorted(missing))} "
+                    "column); move it aside or restore it from git, nothing was changed"
+                )
         journal_rows = self._read_journal()
         if journal_rows:
             frames.append(pd.DataFrame(journal_rows))
@@ -155,8 +163,9 @@ class ResultStore:
         raw = self.journal_path.read_bytes()
         lines = raw.split(b"\n")
         torn = lines.pop() if lines and lines[-1] else None  # last element is b"" when the file ends in \n
-        rows = [row for number, line in enumerate(lines, start=1) if line.strip()
-                for row in [self._parse_row(number, line)]]
+        rows = [
+            row for number, line in enumerate(lines, start=1) if line.strip() for row in [self._parse_row(number, line)]
+        ]
         if torn is not None:
             self._set_aside_torn_line(raw, torn)
         return rows
@@ -166,12 +175,15 @@ class ResultStore:
         try:
             row = json.loads(line.decode("utf-8"))
         except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, absurd nesting or numbers
-            raise CorruptResultsError(f"{where}: malformed row ({type(exc).__name__}: {str(exc)[:200]}); "
-                                      "fix or remove that line, nothing was changed") from None
+            raise CorruptResultsError(
+                f"{where}: malformed row ({type(exc).__name__}: {str(exc)[:200]}); "
+                "fix or remove that line, nothing was changed"
+            ) from None
         problem = _row_problem(row)
         if problem:
-            raise CorruptResultsError(f"{where}: not a results row ({problem}); "
-                                      "fix or remove that line, nothing was changed")
+            raise CorruptResultsError(
+                f"{where}: not a results row ({problem}); fix or remove that line, nothing was changed"
+            )
         return row
 
     def _set_aside_torn_line(self, raw: bytes, torn: bytes) -> None:
@@ -180,8 +192,11 @@ class ResultStore:
             aside.write_bytes(torn)
             tmp.write_bytes(raw[: len(raw) - len(torn)])
             os.replace(tmp, self.journal_path)
-        warnings.warn(f"{self.journal_path}: last line was cut off mid-write (a killed run); "
-                      f"moved its {len(torn)} bytes to {aside}")
+        warnings.warn(
+            f"{self.journal_path}: last line was cut off mid-write (a killed run); "
+            f"moved its {len(torn)} bytes to {aside}",
+            stacklevel=2,
+        )
 
 
 def _row_problem(row) -> str | None:

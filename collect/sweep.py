@@ -7,6 +7,7 @@ schema's own ``plan_problems``, so only runnable plans are emitted. A random
 fraction of points is repeated, the repeats spread over the sweep, to measure
 the noise floor. Precedence: CLI flags > sweep YAML > SweepSpec defaults.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -18,8 +19,20 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from collect.measure import MeasureSettings
-from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
+from collect.measure.plan import MeasureSettings
+from collect.schema import (
+    PIPELINE_SCHEDULES,
+    RECOMPUTES,
+    SHARDINGS,
+    Cluster,
+    PipelineSchedule,
+    Plan,
+    Recompute,
+    RunSpec,
+    Sharding,
+    Workload,
+    plan_problems,
+)
 
 
 class Shape(BaseModel):
@@ -44,9 +57,9 @@ class SweepSpec(BaseModel):
     """Tensor-parallel degrees allowed in the sampled layouts."""
     micro_batch_sizes: list[int] = [1, 2]
     num_microbatches: list[int] = [1, 2, 4]
-    shardings: list[str] = ["none", "zero1", "fsdp_grad_op", "fsdp_full"]
-    recomputes: list[str] = ["none", "selective", "full"]
-    pp_schedules: list[str] = ["gpipe", "1f1b", "interleaved_1f1b"]
+    shardings: list[Sharding] = list(SHARDINGS)
+    recomputes: list[Recompute] = list(RECOMPUTES)
+    pp_schedules: list[PipelineSchedule] = list(PIPELINE_SCHEDULES)
     virtual_stages: list[int] = [2]
     sequence_parallel: list[bool] = [False, True]
     memory_bytes: list[int] = [2**30]
@@ -72,7 +85,7 @@ class SweepSpec(BaseModel):
     deadline_s: float = 300.0
     measure: MeasureSettings = MeasureSettings()
     profile_blocks: bool = True
-    """Take the block profile (collect.blocks) with the sweep's fingerprint: ~1 min here, and what the simulator
+    """Take the block profile (collect.measure.blocks) with the sweep's fingerprint: ~1 min here, and what the simulator
     prices compute with. Off only for sweeps whose times no model reads (the project's own tests)."""
 
     @classmethod
@@ -97,11 +110,18 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
     points = []
     allowed = [lay for lay in layouts(world_size) if lay[2] in spec.tp_degrees]
     for shape, (pp, dp, tp), mbs, nmb, capacity in itertools.product(
-            spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes):
+        spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes
+    ):
         workload = Workload(**shape.model_dump(), micro_batch_size=mbs, global_batch_size=dp * mbs * nmb)
         per_node = min(world_size, spec.devices_per_node or world_size)
-        cluster = Cluster(nodes=world_size // per_node, devices_per_node=per_node, memory_bytes=capacity,
-                          device=spec.device, backend=spec.backend, device_kind=spec.device_kind)
+        cluster = Cluster(
+            nodes=world_size // per_node,
+            devices_per_node=per_node,
+            memory_bytes=capacity,
+            device=spec.device,
+            backend=spec.backend,
+            device_kind=spec.device_kind,
+        )
         for plan_fields in _plan_variants(spec, pp, dp, tp, nmb):
             plan = Plan(**plan_fields)
             if not plan_problems(workload, plan, cluster):
@@ -110,12 +130,24 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
 
 
 def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int):
-    schedules = [(None, 1)] if pp == 1 else [
-        (s, v) for s in spec.pp_schedules for v in ([1] if s != "interleaved_1f1b" else spec.virtual_stages)]
+    schedules = (
+        [(None, 1)]
+        if pp == 1
+        else [(s, v) for s in spec.pp_schedules for v in ([1] if s != "interleaved_1f1b" else spec.virtual_stages)]
+    )
     sps = spec.sequence_parallel if tp > 1 else [False]
     for sharding, recompute, (schedule, vs), sp in itertools.product(spec.shardings, spec.recomputes, schedules, sps):
-        yield dict(pp=pp, dp=dp, tp=tp, sharding=sharding, recompute=recompute, pp_schedule=schedule,
-                   virtual_stages=vs, num_microbatches=nmb, sequence_parallel=sp)
+        yield dict(
+            pp=pp,
+            dp=dp,
+            tp=tp,
+            sharding=sharding,
+            recompute=recompute,
+            pp_schedule=schedule,
+            virtual_stages=vs,
+            num_microbatches=nmb,
+            sequence_parallel=sp,
+        )
 
 
 def sample_points(spec: SweepSpec) -> list[RunSpec]:

@@ -11,14 +11,15 @@ holds out exactly the test rows of cpu/random and a100/random. Two ablations,
 each one member beside gnn_single (the ensemble's first member, the same seed
 and config): gnn_no_physics masks the simulator's and analytical estimates
 out; gnn_simulator_base corrects the raw simulator's time instead of the
-fitted analytical model (gnn.physics_base), the served model's time base. gnn_median: the served
-ensemble's members combined by their median instead of their mean. GNN results are cached per split under build/evaluate/,
-keyed on the data, the code and the config, so an interrupted run resumes.
+fitted analytical model (gnn.model.physics_base), the served model's time base. gnn_median: the
+served ensemble's members combined by their median instead of their mean. GNN results are cached per split
+under build/evaluate/, keyed on the data, the code and the config, so an interrupted run resumes.
 
 Records: {predictor, domain, split, target (time | memory | oom | ranking), n,
 mape, mdape, gmae, p90, max, coverage, ...}, plus the measured noise floor of
 each CPU split's test rows (predictor noise_floor).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,22 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
+from collect import REPO
 from collect.report import noise_floor
-from gnn.baselines import REGISTRY
-from gnn.dataset import PlanGraphs
-from gnn.ensemble import Ensemble
-from gnn.scoring import score
-from gnn.splits import SERVING_SPLIT, named_splits
-from gnn.train import TrainConfig
+from gnn.dataset.graphs import PlanGraphs
+from gnn.dataset.splits import SERVING_SPLIT, named_splits
+from gnn.inference.predictor import BatchPredictor
+from gnn.model.ensemble import Ensemble
+from gnn.predictors.registry import BASELINE_NAMES, REGISTRY
+from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, train_ensemble
+from gnn.tracking.runs import setup
+from gnn.tracking.scoring import ensemble_records, score
 
-REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "build" / "evaluate"
 
 
@@ -68,22 +73,19 @@ def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") 
 
 def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name: str) -> list[dict]:
     """Records for the test rows of ``split``: from the cache, from the cached model, or from a new ensemble."""
-    from gnn.predictor import Predictor
-    from gnn.tracking import ensemble_records
-    from gnn.train import calibrate_ensemble, train_ensemble
 
     model = model_path(ds, split, cfg, name)
     cached = model.with_name(model.stem + f".records-v{SCORING}.json")
     if cached.exists():
         return json.loads(cached.read_text())
     if model.exists():
-        ensemble = Predictor.load(model, ds.hardware_dir).ensemble
+        ensemble = BatchPredictor.load(model, ds.hardware_dir).ensemble
         calibrate_ensemble(ensemble, ds, parts)  # calibration is post hoc: redo it with the current code
     else:
         ensemble = train_ensemble(ds, parts, cfg, progress=False)
     CACHE.mkdir(parents=True, exist_ok=True)
     # the model is kept: experiments/search_proof.py searches with the model that never saw the held-out shape
-    Predictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(model)
+    BatchPredictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(model)
     records, _ = ensemble_records(ensemble, ds, parts, split, predictor=name, which=("test",))
     if len(ensemble.members) > 1:
         # its first member alone (seed 0) is a single model: the like-for-like partner of a one-member ablation;
@@ -110,40 +112,77 @@ def noise_records(meta: pd.DataFrame, splits: dict) -> list[dict]:
         # memory is not exact either: FSDP's peaks move with when gloo's asynchronous collectives free buffers
         for target, column in (("time", "iter_time_s"), ("memory", "peak_mem_bytes")):
             floor = noise_floor(test, column).iloc[0]
-            records.append({"predictor": "noise_floor", "domain": domain, "split": name, "target": target,
-                            "n": int(floor["measurements"]), "mape": float(floor["mean_rel_dev"]),
-                            "mdape": float(floor["median_rel_dev"])})
+            records.append(
+                {
+                    "predictor": "noise_floor",
+                    "domain": domain,
+                    "split": name,
+                    "target": target,
+                    "n": int(floor["measurements"]),
+                    "mape": float(floor["mean_rel_dev"]),
+                    "mdape": float(floor["median_rel_dev"]),
+                }
+            )
     return records
 
 
 def table(records: list[dict]) -> str:
     df = pd.DataFrame(records)
     errors = df[df.target.isin(["time", "memory"])]
-    lines = ["MAPE % on test rows (noise_floor: mean relative deviation of repeated measurements of one plan)",
-             (errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mape",
-                                 aggfunc="first") * 100).round(1).to_string(),
-             "", "median APE % (noise_floor: median relative deviation)",
-             (errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mdape",
-                                 aggfunc="first") * 100).round(1).to_string()]
+    lines = [
+        "MAPE % on test rows (noise_floor: mean relative deviation of repeated measurements of one plan)",
+        (
+            errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mape", aggfunc="first")
+            * 100
+        )
+        .round(1)
+        .to_string(),
+        "",
+        "median APE % (noise_floor: median relative deviation)",
+        (
+            errors.pivot_table(
+                index=["domain", "split", "target"], columns="predictor", values="mdape", aggfunc="first"
+            )
+            * 100
+        )
+        .round(1)
+        .to_string(),
+    ]
     gnn = df[df.predictor == "gnn"]
     if len(gnn):
-        cols = [c for c in ("n", "mape", "mdape", "gmae", "p90", "max", "coverage", "accuracy", "precision", "recall",
-                            "kendall_tau", "top1_success", "regret") if c in gnn]
-        lines += ["", "GNN in full (coverage: share of measurements inside the 80% interval)",
-                  gnn.set_index(["domain", "split", "target"])[cols].sort_index().round(3).to_string()]
+        cols = [
+            c
+            for c in (
+                "n",
+                "mape",
+                "mdape",
+                "gmae",
+                "p90",
+                "max",
+                "coverage",
+                "accuracy",
+                "precision",
+                "recall",
+                "kendall_tau",
+                "top1_success",
+                "regret",
+            )
+            if c in gnn
+        ]
+        lines += [
+            "",
+            "GNN in full (coverage: share of measurements inside the 80% interval)",
+            gnn.set_index(["domain", "split", "target"])[cols].sort_index().round(3).to_string(),
+        ]
     extra = df[df.target.isin(["oom", "ranking"])]
     cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success", "regret") if c in extra]
     for col in cols:
-        lines += ["", f"{col} (test rows)", extra.pivot_table(index=["domain", "split"], columns="predictor", values=col,
-                                                             aggfunc="first").round(3).dropna(how="all").to_string()]
+        table = extra.pivot_table(index=["domain", "split"], columns="predictor", values=col, aggfunc="first")
+        lines += ["", f"{col} (test rows)", table.round(3).dropna(how="all").to_string()]
     return "\n".join(lines)
 
 
 def log_to_mlflow(records: list[dict], text: str, out: Path) -> None:
-    import mlflow
-
-    from gnn.tracking import setup
-
     setup()
     with mlflow.start_run(run_name="evaluate"):
         for r in records:
@@ -159,25 +198,31 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=TrainConfig.members)
     parser.add_argument("--max-epochs", type=int, default=TrainConfig.max_epochs)
     parser.add_argument("--no-gnn", action="store_true", help="baselines only (seconds instead of tens of minutes)")
-    parser.add_argument("--ablation-splits", nargs="*", default=list(ABLATION_SPLITS),
-                        help="splits for the ablations, or 'all' (default: the random split and whole held-out shapes)")
+    parser.add_argument(
+        "--ablation-splits",
+        nargs="*",
+        default=list(ABLATION_SPLITS),
+        help="splits for the ablations, or 'all' (default: the random split and whole held-out shapes)",
+    )
     args = parser.parse_args()
-    from tqdm import tqdm
 
     ds = PlanGraphs()
     splits = named_splits(ds.meta)
     records = noise_records(ds.meta, splits)
     for split, parts in splits.items():
         if split != SERVING_SPLIT:
-            records += [r for name in REGISTRY for r in evaluate_predictor(name, ds.meta, split, parts)]
+            records += [r for name in BASELINE_NAMES for r in evaluate_predictor(name, ds.meta, split, parts)]
     cfg = replace(TrainConfig(), members=args.members, max_epochs=args.max_epochs)
     # ablations are single members beside gnn_single (the ensemble's first member: same seed, config, physics):
     # without physics inputs, and with the raw simulator as the time base instead of the fitted analytical model
-    ablations = [("gnn_no_physics", replace(cfg, physics=False, members=1)),
-                 ("gnn_simulator_base", replace(cfg, time_base="simulator", members=1))]
+    ablations = [
+        ("gnn_no_physics", replace(cfg, physics=False, members=1)),
+        ("gnn_simulator_base", replace(cfg, time_base="simulator", members=1)),
+    ]
     trained = gnn_splits(splits)
     jobs = [] if args.no_gnn else [("gnn", cfg, split) for split in trained]
-    jobs += [] if args.no_gnn else [(name, c, split) for name, c in ablations for split in (trained if args.ablation_splits == ["all"] else args.ablation_splits)]
+    ablated = trained if args.ablation_splits == ["all"] else args.ablation_splits
+    jobs += [] if args.no_gnn else [(name, c, split) for name, c in ablations for split in ablated]
     for name, c, split in tqdm(jobs, desc="GNN ensembles", unit="split"):
         records += evaluate_gnn(ds, split, splits[split], c, name)
     out = Path(args.out)

@@ -8,6 +8,7 @@ data parallelism is on (dp > 1) and by pipeline depth, and puts beside each shar
 measurements of one plan (collect.report.noise_floor). The simulator is fitted to nothing, so all CPU rows
 are fair for it; the model only on its test rows. Writes experiments/results/memory_errors.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from collect import REPO
 from collect.report import noise_floor
 from collect.schema import DTYPE_BYTES
+from gnn.dataset.graphs import PlanGraphs
+from gnn.dataset.splits import named_splits
+from serve.api import load_predictor
 
-REPO = Path(__file__).resolve().parents[1]
 GROUPS = ["sharding", "data_parallel", "pp"]
 
 
@@ -33,8 +37,16 @@ def _table(rows: pd.DataFrame, error: pd.Series) -> pd.DataFrame:
     params = rows["num_params"] * rows["dtype"].map(DTYPE_BYTES).fillna(2) / (rows["tp"] * rows["pp"])
     missing = -error / (1 + error) * rows["peak_mem_bytes"] / params
     frame = rows.assign(error=error, missing=missing, data_parallel=rows["dp"] > 1)
-    return frame.groupby(GROUPS).agg(rows=("error", "size"), mape=("error", lambda e: e.abs().mean()),
-                                     bias=("error", "mean"), missing_over_params=("missing", "median")).reset_index()
+    return (
+        frame.groupby(GROUPS)
+        .agg(
+            rows=("error", "size"),
+            mape=("error", lambda e: e.abs().mean()),
+            bias=("error", "mean"),
+            missing_over_params=("missing", "median"),
+        )
+        .reset_index()
+    )
 
 
 def main() -> None:
@@ -42,9 +54,6 @@ def main() -> None:
     parser.add_argument("--model", default="models:/plansight@champion")
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "memory_errors.json"))
     args = parser.parse_args()
-    from gnn.dataset import PlanGraphs
-    from gnn.splits import named_splits
-    from serve.predictor import load_predictor
 
     dataset = PlanGraphs()
     meta = dataset.meta
@@ -57,15 +66,24 @@ def main() -> None:
     predictor.hardware_dir = dataset.hardware_dir
     predicted = predictor.predict_rows(test)["peak_mem_bytes"]
     model = _table(test, _errors(test, predicted.loc[test.index]))
-    noise = pd.DataFrame([{"sharding": s, **noise_floor(g, "peak_mem_bytes").iloc[0].to_dict()}
-                          for s, g in meta[meta["domain"] == "cpu"].groupby("sharding")])
-    report = {"simulator_all_cpu_rows": simulator.to_dict("records"), "model_cpu_random_test": model.to_dict("records"),
-              "measurement_noise_by_sharding": noise.to_dict("records")}
+    noise = pd.DataFrame(
+        [
+            {"sharding": s, **noise_floor(g, "peak_mem_bytes").iloc[0].to_dict()}
+            for s, g in meta[meta["domain"] == "cpu"].groupby("sharding")
+        ]
+    )
+    report = {
+        "simulator_all_cpu_rows": simulator.to_dict("records"),
+        "model_cpu_random_test": model.to_dict("records"),
+        "measurement_noise_by_sharding": noise.to_dict("records"),
+    }
     Path(args.out).write_text(json.dumps(report, indent=1, default=float))
     with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        for title, table in (("simulator, every measured CPU row", simulator),
-                             ("served model, cpu/random test rows", model),
-                             ("measured peak memory, repeats of one plan", noise)):
+        for title, table in (
+            ("simulator, every measured CPU row", simulator),
+            ("served model, cpu/random test rows", model),
+            ("measured peak memory, repeats of one plan", noise),
+        ):
             print(f"\n{title}\n{table.to_string(index=False)}")
 
 

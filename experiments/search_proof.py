@@ -21,6 +21,7 @@ A100: the true best of each held-out workload is in the data; the model that
 never saw that shape (a100/held_out_hidden, a100/held_out_layers) ranks the
 workload's measured plans, and its pick is scored the same way.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,40 +31,39 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from collect.run import SweepRunner
+from collect import REPO
 from collect.schema import Cluster, RunSpec, Workload
-from collect.sweep import SweepSpec
-from gnn.dataset import PlanGraphs
-from gnn.metrics import ranking_stats
-from gnn.predictor import Predictor
-from gnn.splits import named_splits
-from gnn.train import TrainConfig
+from experiments.evaluate import evaluate_gnn, model_path
+from experiments.proof_runs import confirm, judged, measure, per_plan, round_scatter
+from gnn.dataset.graphs import PlanGraphs
+from gnn.dataset.splits import named_splits
+from gnn.inference.predictor import BatchPredictor
+from gnn.predictors.metrics import ranking_stats
+from gnn.predictors.surrogate import TrainConfig
 from serve.schemas import SearchRequest
-from serve.space import Space
+from serve.search.report import plan_label
+from serve.search.space import Space
+from serve.search.study import search
 
-REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "build" / "proof"
 SHAPE = dict(layers=4, hidden=256, heads=8, seq_len=32, vocab=512, dtype="float32")
 CAPACITY = 32 * 2**20
-MEASURE = dict(warmup_iters=0, timed_iters=3, memory_window_iters=2)  # as in collect/sweeps/cpu-v1.yaml
-CONTENDERS = 15  # the fastest plans of the full sweep, measured again with the candidates
-CONFIRM_ROUNDS = 5
+WORKLOAD_KEYS = ["layers", "hidden", "world_size", "global_batch_size"]  # rows that rank plans of one workload
 
 
-def held_out_model(ds: PlanGraphs, split: str) -> Predictor:
+def held_out_model(ds: PlanGraphs, split: str) -> BatchPredictor:
     """The evaluation's model for ``split`` (build/evaluate), trained now if `make evaluate` has not run."""
-    from experiments.evaluate import evaluate_gnn, model_path
 
     cfg = TrainConfig()
     path = model_path(ds, split, cfg)
     if not path.exists():
         evaluate_gnn(ds, split, named_splits(ds.meta)[split], cfg, "gnn")
-    return Predictor.load(path, ds.hardware_dir)
+    return BatchPredictor.load(path, ds.hardware_dir)
 
 
 def cpu_fingerprint() -> str:
     """The fingerprint of the machine the shipped CPU runs were measured on."""
-    return pd.read_parquet(REPO / "data" / "runs" / "cpu-v1.parquet", columns=["fingerprint_id"])["fingerprint_id"].mode().iloc[0]
+    runs = pd.read_parquet(REPO / "data" / "runs" / "cpu-v1.parquet", columns=["fingerprint_id"])
+    return runs["fingerprint_id"].mode().iloc[0]
 
 
 def cpu_space() -> Space:
@@ -72,15 +72,25 @@ def cpu_space() -> Space:
     return Space(workload, cluster, micro_batch_sizes=(1, 2), max_tp=2)
 
 
-def candidates(predictor: Predictor, space: Space, hardware: str, trials: int, top: int) -> dict[str, list[RunSpec]]:
-    from serve.search import search
+def _spec(space: Space, plan, micro_batch_size: int) -> RunSpec:
+    workload = space.workload.model_copy(update={"micro_batch_size": micro_batch_size})
+    return RunSpec.model_construct(workload=workload, plan=plan, cluster=space.cluster)
 
-    request = SearchRequest.model_validate({"workload": space.workload.model_dump(), "cluster": {
-        "fingerprint": hardware, "devices_per_node": 4, "memory_bytes": CAPACITY}, "trials": trials, "top_k": top,
-        "micro_batch_sizes": list(space.micro_batch_sizes)})
+
+def candidates(
+    predictor: BatchPredictor, space: Space, hardware: str, trials: int, top: int
+) -> dict[str, list[RunSpec]]:
+    request = SearchRequest.model_validate(
+        {
+            "workload": space.workload.model_dump(),
+            "cluster": {"fingerprint": hardware, "devices_per_node": 4, "memory_bytes": CAPACITY},
+            "trials": trials,
+            "top_k": top,
+            "micro_batch_sizes": list(space.micro_batch_sizes),
+        }
+    )
     response = search(predictor, request, space=space)  # the collected space: tp <= 2
-    found = [RunSpec.model_construct(workload=space.workload.model_copy(update={"micro_batch_size": r.micro_batch_size}),
-                                     plan=r.plan, cluster=space.cluster) for r in response.best]
+    found = [_spec(space, r.plan, r.micro_batch_size) for r in response.best]
     everything = space.enumerate()
     # what the search returns when its budget covers the space (sampler auto): the surrogate's top plans of all
     pred = predictor.predict(everything, hardware)
@@ -88,74 +98,36 @@ def candidates(predictor: Predictor, space: Space, hardware: str, trials: int, t
     sims = [flat for _, flat in predictor.featurize(everything, hardware)]
     fits = [i for i, f in enumerate(sims) if f["sim_mem_bytes"] <= CAPACITY]
     sim_best = everything[min(fits or range(len(sims)), key=lambda i: sims[i]["sim_time_s"])]
-    default = next(s for s in everything if s.plan.dp == 4 and s.plan.sharding == "fsdp_full"
-                   and s.plan.recompute == "none" and s.workload.micro_batch_size == 2)
-    return {"search": found, "surrogate_all": [everything[i] for i in ranked], "simulator": [sim_best],
-            "default_fsdp_dp": [default], "all": everything,
-            "search_trials": [response.trials]}
-
-
-def measure(points: list[RunSpec], limit: int | None, sweep: str) -> pd.DataFrame:
-    spec = SweepSpec(name=sweep, points=points, repeat_fraction=0.0, reference_every=10**6, deadline_s=240,
-                     measure=MEASURE)
-    runner = SweepRunner(spec, out_dir=OUT / "runs", hardware_dir=OUT / "hardware")
-    if limit != 0:
-        runner.run(limit=limit)  # resumable: measured plans are skipped
-    return runner.store.load()
-
-
-def _per_plan(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per plan: median time of its ok measurements, status (ok if at least half ran), measurement counts."""
-    rows = rows[~rows["is_reference"].astype(bool)].assign(ok=lambda r: r["status"] == "ok")
-    per_plan = rows.groupby("run_id").agg(measurements=("ok", "size"), ok_measurements=("ok", "sum"),
-                                          first_status=("status", "first"))
-    per_plan["time"] = rows[rows.ok].groupby("run_id")["iter_time_s"].median()
-    per_plan["status"] = per_plan["first_status"].where(2 * per_plan["ok_measurements"] < per_plan["measurements"], "ok")
-    return per_plan
-
-
-def confirm(candidates: list[RunSpec], everything: list[RunSpec], measured: pd.DataFrame, limit: int | None,
-            name: str, contenders: int = CONTENDERS) -> pd.DataFrame:
-    """Measure the candidates and the fastest plans of the sweep again, in CONFIRM_ROUNDS rounds: each round
-    measures every one of them once, in a new order.
-
-    Single measurements scatter by tens of percent, and the fastest of 230 noisy single measurements is biased
-    low: the plan that won may just have been lucky. The machine's speed also drifts within minutes (round 4:
-    one plan measured 112 ms at 23:54 and 251-300 ms at 00:21), so repeats of one plan run back to back judge
-    the minute, not the plan; rounds spread every minute over all of them alike. Judged on the rounds' medians.
-    """
-    ok = measured[measured.status == "ok"]
-    fastest = set(ok.nsmallest(contenders, "time").index)
-    points = list({s.run_id: s for s in candidates + [s for s in everything if s.run_id in fastest]}.values())
-    spec = SweepSpec(name=name, points=points, repeat_fraction=1.0, repeat_count=CONFIRM_ROUNDS,
-                     repeat_order="rounds", reference_every=10**6, deadline_s=240, measure=MEASURE)
-    runner = SweepRunner(spec, out_dir=OUT / "runs", hardware_dir=OUT / "hardware")
-    if limit != 0:
-        runner.run()
-    return runner.store.load()
-
-
-def judged(swept: pd.DataFrame, confirmed: pd.DataFrame) -> pd.DataFrame:
-    """Per plan: a confirmed plan by its confirmation rounds alone (measured in one window), any other by its
-    single measurement in the sweep (it was not among the fastest there)."""
-    rounds = _per_plan(confirmed)
-    single = _per_plan(swept)
-    return pd.concat([rounds, single.drop(rounds.index, errors="ignore")])
-
-
-def round_scatter(confirmed: pd.DataFrame) -> float:
-    """Median over the confirmed plans of the coefficient of variation of their times across the rounds."""
-    ok = confirmed[(confirmed.status == "ok") & ~confirmed["is_reference"].astype(bool)]
-    per_plan = ok.groupby("run_id")["iter_time_s"].agg(["std", "mean"])
-    return float((per_plan["std"] / per_plan["mean"]).median())
+    default = next(
+        s
+        for s in everything
+        if s.plan.dp == 4
+        and s.plan.sharding == "fsdp_full"
+        and s.plan.recompute == "none"
+        and s.workload.micro_batch_size == 2
+    )
+    return {
+        "search": found,
+        "surrogate_all": [everything[i] for i in ranked],
+        "simulator": [sim_best],
+        "default_fsdp_dp": [default],
+        "all": everything,
+        "search_trials": [response.trials],
+    }
 
 
 def _sweep_name(measure_round: int) -> str:
     return f"proof-cpu-r{measure_round}" if measure_round > 1 else "proof-cpu"
 
 
-def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, measure_round: int = 2,
-              sweep_round: int | None = None) -> dict:
+def cpu_proof(
+    ds: PlanGraphs,
+    trials: int,
+    top: int,
+    limit: int | None = None,
+    measure_round: int = 2,
+    sweep_round: int | None = None,
+) -> dict:
     """``sweep_round``: take the measurement of the whole space from that earlier round (it does not depend on
     the model) and only confirm this round's candidates with the fastest plans there, in a new sitting."""
     predictor = held_out_model(ds, "cpu/held_out_shape")
@@ -169,36 +141,55 @@ def cpu_proof(ds: PlanGraphs, trials: int, top: int, limit: int | None = None, m
     sweep, confirm_sweep = _sweep_name(sweep_round or measure_round), f"{_sweep_name(measure_round)}-rounds"
     measure(order, None, sweep)  # the candidates first, whatever the budget for the rest
     rows = measure(order + rest, limit, sweep)
-    confirmed = confirm(order, chosen["all"], _per_plan(rows), limit, confirm_sweep)
+    confirmed = confirm(order, chosen["all"], per_plan(rows), limit, confirm_sweep)
     measured = judged(rows, confirmed)
     ok = measured[measured.status == "ok"]
     best = ok["time"].min()
     pred = predictor.predict(chosen["all"], hardware)
     by_id = dict(zip([s.run_id for s in chosen["all"]], pred.to_dict("records")))
-    table = []
+    table, real_runs = [], {"search": top, "surrogate_all": top, "simulator": 1, "default_fsdp_dp": 1}
     for strategy in ("search", "surrogate_all", "simulator", "default_fsdp_dp"):
         for rank, s in enumerate(chosen[strategy], 1):
             m = measured.loc[s.run_id] if s.run_id in measured.index else None
             t = float(m["time"]) if m is not None and m["status"] == "ok" else float("nan")
-            table.append({"strategy": strategy, "rank": rank, "plan": _label(s), "status": None if m is None else m["status"],
-                          "measurements": 0 if m is None else int(m["measurements"]),
-                          "predicted_ms": by_id[s.run_id]["iter_time_s"] * 1e3, "measured_ms": t * 1e3,
-                          "regret": t / best - 1, "within_10pct": bool(t <= 1.10 * best),
-                          "real_runs": {"search": top, "surrogate_all": top, "simulator": 1, "default_fsdp_dp": 1}[strategy]})
+            table.append(
+                {
+                    "strategy": strategy,
+                    "rank": rank,
+                    "plan": _label(s),
+                    "status": None if m is None else m["status"],
+                    "measurements": 0 if m is None else int(m["measurements"]),
+                    "predicted_ms": by_id[s.run_id]["iter_time_s"] * 1e3,
+                    "measured_ms": t * 1e3,
+                    "regret": t / best - 1,
+                    "within_10pct": bool(t <= 1.10 * best),
+                    "real_runs": real_runs[strategy],
+                }
+            )
     true_best = ok["time"].idxmin()
-    return {"round": measure_round, "sweep": sweep, "confirm_sweep": confirm_sweep,
-            "workload": SHAPE, "global_batch_size": 8, "world_size": 4, "capacity_bytes": CAPACITY,
-            "space_size": len(chosen["all"]), "measured": int(len(measured)), "measured_ok": int(len(ok)), "measured_oom": int((measured.status == "oom").sum()),
-            "confirmed_plans": int((measured.measurements > 1).sum()), "measurements_per_confirmed_plan":
-            float(measured.loc[measured.measurements > 1, "measurements"].median()),
-            "confirm_round_scatter": round_scatter(confirmed),
-            "search_trials": chosen["search_trials"][0], "best_measured_ms": best * 1e3,
-            "best_plan": _label(next(s for s in chosen["all"] if s.run_id == true_best)), "table": table}
+    return {
+        "round": measure_round,
+        "sweep": sweep,
+        "confirm_sweep": confirm_sweep,
+        "workload": SHAPE,
+        "global_batch_size": 8,
+        "world_size": 4,
+        "capacity_bytes": CAPACITY,
+        "space_size": len(chosen["all"]),
+        "measured": int(len(measured)),
+        "measured_ok": int(len(ok)),
+        "measured_oom": int((measured.status == "oom").sum()),
+        "confirmed_plans": int((measured.measurements > 1).sum()),
+        "measurements_per_confirmed_plan": float(measured.loc[measured.measurements > 1, "measurements"].median()),
+        "confirm_round_scatter": round_scatter(confirmed),
+        "search_trials": chosen["search_trials"][0],
+        "best_measured_ms": best * 1e3,
+        "best_plan": _label(next(s for s in chosen["all"] if s.run_id == true_best)),
+        "table": table,
+    }
 
 
 def _label(s: RunSpec) -> str:
-    from serve.cli import plan_label
-
     return plan_label(s.plan, s.workload.micro_batch_size)
 
 
@@ -211,9 +202,16 @@ def a100_proof(ds: PlanGraphs) -> list[dict]:
         rows = ds.meta.loc[idx]
         pred = predictor.ensemble.predict(ds[torch.as_tensor(idx)])
         stats = ranking_stats(rows, pd.Series(pred["iter_time_s"], index=rows.index))
-        out.append({"split": split, "workloads": stats["n_workloads"], "top1_success": stats["top1_success"],
-                    "regret": stats["regret"], "kendall_tau": stats["kendall_tau"],
-                    "plans_per_workload": float(rows.groupby(["layers", "hidden", "world_size", "global_batch_size"]).size().mean())})
+        out.append(
+            {
+                "split": split,
+                "workloads": stats["n_workloads"],
+                "top1_success": stats["top1_success"],
+                "regret": stats["regret"],
+                "kendall_tau": stats["kendall_tau"],
+                "plans_per_workload": float(rows.groupby(WORKLOAD_KEYS).size().mean()),
+            }
+        )
     return out
 
 
@@ -221,12 +219,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--top", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=None,
-                        help="measure at most this many plans now (0: report on what is already measured)")
-    parser.add_argument("--round", type=int, default=2,
-                        help="measurement round: each measures the whole space and confirms in one sitting")
-    parser.add_argument("--sweep-round", type=int, default=None,
-                        help="reuse that round's measurement of the whole space; confirm this round's candidates anew")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="measure at most this many plans now (0: report on what is already measured)",
+    )
+    parser.add_argument(
+        "--round",
+        type=int,
+        default=2,
+        help="measurement round: each measures the whole space and confirms in one sitting",
+    )
+    parser.add_argument(
+        "--sweep-round",
+        type=int,
+        default=None,
+        help="reuse that round's measurement of the whole space; confirm this round's candidates anew",
+    )
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "search_proof.json"))
     args = parser.parse_args()
     ds = PlanGraphs()
@@ -234,10 +244,13 @@ def main() -> None:
     cpu = cpu_proof(ds, args.trials, args.top, args.limit, args.round, args.sweep_round)
     report = {"a100": a100, "cpu": cpu}
     Path(args.out).write_text(json.dumps(report, indent=1, default=float))
-    print(f"CPU, held-out shape {SHAPE['layers']}x{SHAPE['hidden']} on 4 ranks: {cpu['space_size']} valid plans, "
-          f"{cpu['measured']} measured: {cpu['measured_ok']} ok / {cpu['measured_oom']} oom; best measured {cpu['best_measured_ms']:.1f} ms "
-          f"({cpu['best_plan']}); {cpu['confirmed_plans']} plans confirmed in rounds, their times scatter "
-          f"{100 * cpu['confirm_round_scatter']:.1f}% (median coefficient of variation)")
+    print(
+        f"CPU, held-out shape {SHAPE['layers']}x{SHAPE['hidden']} on 4 ranks: {cpu['space_size']} valid plans, "
+        f"{cpu['measured']} measured: {cpu['measured_ok']} ok / {cpu['measured_oom']} oom; "
+        f"best measured {cpu['best_measured_ms']:.1f} ms "
+        f"({cpu['best_plan']}); {cpu['confirmed_plans']} plans confirmed in rounds, their times scatter "
+        f"{100 * cpu['confirm_round_scatter']:.1f}% (median coefficient of variation)"
+    )
     print(pd.DataFrame(cpu["table"]).round(3).to_string(index=False))
     print("\nA100, held-out shapes (the true best of each workload is in the data)")
     print(pd.DataFrame(report["a100"]).round(3).to_string(index=False))

@@ -9,6 +9,7 @@ feasible plan is within 2% of that optimum. Spaces: the never-measured
 20-layer, 1536-wide GPT on 8 A100-80GB (global batch 64) and the held-out CPU
 shape on 4 ranks (global batch 8, 32 MiB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,11 +17,12 @@ import json
 import statistics
 from pathlib import Path
 
+from collect import REPO
+from experiments.search_proof import CAPACITY, cpu_fingerprint, cpu_space
+from serve.api import load_predictor
 from serve.schemas import SearchRequest
-from serve.search import run_search
-from serve.space import Space
-
-REPO = Path(__file__).resolve().parents[1]
+from serve.search.space import Space
+from serve.search.study import run_search
 
 
 def trials_to_reach(study, optimum: float, tolerance: float = 0.02) -> int | None:
@@ -44,9 +46,16 @@ def compare(predictor, name: str, request: SearchRequest, space: Space, seeds: i
         study = run_search(predictor, r, storage=None, name=f"{name}-{seed}", space=space)
         reached.append(trials_to_reach(study, optimum))
     hit = [n for n in reached if n is not None]
-    return {"space": name, "space_size": len(specs), "feasible": int(pred["fits"].sum()), "optimum_s": optimum,
-            "trials_to_2pct": reached, "median_trials": statistics.median(hit) if hit else None,
-            "reached": f"{len(hit)}/{seeds}", "max_trials": max_trials}
+    return {
+        "space": name,
+        "space_size": len(specs),
+        "feasible": int(pred["fits"].sum()),
+        "optimum_s": optimum,
+        "trials_to_2pct": reached,
+        "median_trials": statistics.median(hit) if hit else None,
+        "reached": f"{len(hit)}/{seeds}",
+        "max_trials": max_trials,
+    }
 
 
 def main() -> None:
@@ -56,23 +65,39 @@ def main() -> None:
     parser.add_argument("--model", default="models:/plansight@champion")
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "search_vs_enum.json"))
     args = parser.parse_args()
-    from experiments.search_proof import CAPACITY, cpu_fingerprint, cpu_space
-    from serve.predictor import load_predictor
 
     predictor = load_predictor(args.model)
-    a100 = SearchRequest.model_validate({"workload": json.loads((REPO / "experiments/requests/gpt-20l-1536.json").read_text()),
-                                         "cluster": {"preset": "a100-80gb"}})
-    results = [compare(predictor, "a100 20x1536 on 8 GPUs", a100, Space(a100.workload, a100.cluster.cluster()),
-                       args.seeds, args.max_trials)]
+    a100 = SearchRequest.model_validate(
+        {
+            "workload": json.loads((REPO / "experiments/requests/gpt-20l-1536.json").read_text()),
+            "cluster": {"preset": "a100-80gb"},
+        }
+    )
+    results = [
+        compare(
+            predictor,
+            "a100 20x1536 on 8 GPUs",
+            a100,
+            Space(a100.workload, a100.cluster.cluster()),
+            args.seeds,
+            args.max_trials,
+        )
+    ]
     fingerprint = cpu_fingerprint()
     cpu = cpu_space()
-    cpu_request = SearchRequest.model_validate({"workload": cpu.workload.model_dump(), "cluster": {
-        "fingerprint": fingerprint, "devices_per_node": 4, "memory_bytes": CAPACITY}})
+    cpu_request = SearchRequest.model_validate(
+        {
+            "workload": cpu.workload.model_dump(),
+            "cluster": {"fingerprint": fingerprint, "devices_per_node": 4, "memory_bytes": CAPACITY},
+        }
+    )
     results.append(compare(predictor, "cpu 4x256 on 4 ranks", cpu_request, cpu, args.seeds, args.max_trials))
     Path(args.out).write_text(json.dumps({"model": predictor.info.get("uri"), "results": results}, indent=1))
     for r in results:
-        print(f"{r['space']}: {r['space_size']} plans ({r['feasible']} fit); trials to within 2% of the optimum "
-              f"per seed {r['trials_to_2pct']} (median {r['median_trials']}, reached {r['reached']})")
+        print(
+            f"{r['space']}: {r['space_size']} plans ({r['feasible']} fit); trials to within 2% of the optimum "
+            f"per seed {r['trials_to_2pct']} (median {r['median_trials']}, reached {r['reached']})"
+        )
 
 
 if __name__ == "__main__":

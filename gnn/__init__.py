@@ -1,5 +1,2 @@
-"""The learned surrogate: execution graphs, the graph dataset, baselines and the GNN.
-
-Imports collect (schema, workloads, hardware); never runs training jobs.
-Filled in by the execution-graph and GNN issues.
-"""
+"""The learned surrogate: execution graphs and their simulation, the graph dataset, the GNN and the baselines,
+their training and tracking, and the batched prediction path. Imports collect, never serve or experiments."""

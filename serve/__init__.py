@@ -1,4 +1,2 @@
-"""Predictions as a service: Python predictor, HTTP API and Optuna plan search.
-
-Filled in by the serving issue; imports collect and gnn.
-"""
+"""Predictions for users: the setup / decode / predict / encode steps (api), the shell command (cli), the HTTP
+service (app, guard, schemas, client) and the plan search (search/). Imports collect and gnn."""

@@ -1,3 +1,27 @@
-from serve.cli import main
+"""python -m serve predict | search | serve: see serve.cli, serve.search.cli and serve.app."""
 
-main()
+import sys
+
+USAGE = """\
+    python -m serve predict SPEC.json [--model URI]     -> {"model": ..., "predictions": [...]} on stdout
+    python -m serve search SEARCH.json [--plot out.png] -> the top plans as a table
+    python -m serve serve [--port 8000]                 -> the HTTP service (make serve)"""
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in ("predict", "search", "serve"):
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    # each command imports only what it runs: a prediction's start-up is part of its answer time
+    command, rest = argv[0], argv[1:]
+    if command == "search":
+        from serve.search.cli import main as run  # lazy: start-up
+    elif command == "serve":
+        from serve.app import main as run  # lazy: start-up
+    else:
+        from serve.cli import main as run  # lazy: start-up
+    run(rest)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -12,6 +12,7 @@ stops within seconds; the process survives any request. The featurisation worker
 (--no-warm: on the first large request), so the first large batch does not
 wait for them to import torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +23,17 @@ import logging
 import os
 import threading
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from collect.hardware import UnknownHardware
-from gnn.predictor import Predictor
+from collect.hardware.records import UnknownHardware
+from gnn.inference.predictor import BatchPredictor
+from serve.api import load_predictor, model_summary, predict
 from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
-from serve.predictor import load_predictor, model_summary, predict
 from serve.schemas import PredictRequest, PredictResponse, SearchRequest, SearchResponse
-from serve.search import SearchCancelled, search
+from serve.search.study import SearchCancelled, search
 
 MAX_ERRORS_SHOWN = 50
 SHUTDOWN_GRACE_S = 3  # SIGTERM: requests in flight get this long, then searches stop at their next batch
@@ -42,15 +44,22 @@ log = logging.getLogger("plansight.serve")
 def problems(errors: list[dict]) -> list[dict]:
     """Pydantic's errors as the field and the rule only: never the input (it can be megabytes, or hold NaN,
     which JSON cannot carry)."""
-    shown = [{"loc": [str(part) if not isinstance(part, int) else part for part in e.get("loc", ())],
-              "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in errors[:MAX_ERRORS_SHOWN]]
+    shown = [
+        {
+            "loc": [str(part) if not isinstance(part, int) else part for part in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in errors[:MAX_ERRORS_SHOWN]
+    ]
     if len(errors) > MAX_ERRORS_SHOWN:
         shown.append({"loc": [], "msg": f"... and {len(errors) - MAX_ERRORS_SHOWN} more", "type": "truncated"})
     return shown
 
 
-def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES,
-               client_timeout_s: float = BODY_CHUNK_TIMEOUT_S) -> FastAPI:
+def create_app(
+    predictor: BatchPredictor, max_body_bytes: int = MAX_BODY_BYTES, client_timeout_s: float = BODY_CHUNK_TIMEOUT_S
+) -> FastAPI:
     searches: set[threading.Event] = set()  # one per /search in flight: set to stop it
 
     @contextlib.asynccontextmanager
@@ -59,8 +68,12 @@ def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES,
         for stop in list(searches):  # shutting down: every search stops at its next batch
             stop.set()
 
-    app = FastAPI(title="plansight", summary="Predict iteration time and peak memory of distributed training plans",
-                  version="1", lifespan=lifespan)
+    app = FastAPI(
+        title="plansight",
+        summary="Predict iteration time and peak memory of distributed training plans",
+        version="1",
+        lifespan=lifespan,
+    )
     app.add_middleware(BodyGuard, max_body_bytes=max_body_bytes, chunk_timeout_s=client_timeout_s)
 
     @app.exception_handler(RequestValidationError)
@@ -69,8 +82,10 @@ def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.exception_handler(UnknownHardware)
     async def unknown_hardware(request: Request, exc: UnknownHardware):
-        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body", "cluster"], "msg": str(exc),
-                                                                  "type": "unknown_hardware"}]})
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"loc": ["body", "cluster"], "msg": str(exc), "type": "unknown_hardware"}]},
+        )
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
@@ -114,16 +129,22 @@ def create_app(predictor: Predictor, max_body_bytes: int = MAX_BODY_BYTES,
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
     parser = argparse.ArgumentParser(prog="python -m serve serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
     parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
-    parser.add_argument("--no-warm", action="store_true",
-                        help="start the featurisation workers on the first large request, not at start-up")
-    parser.add_argument("--client-timeout", type=float, default=BODY_CHUNK_TIMEOUT_S, metavar="SECONDS",
-                        help="close a connection whose request headers, or next body chunk, take longer than this")
+    parser.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="start the featurisation workers on the first large request, not at start-up",
+    )
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=BODY_CHUNK_TIMEOUT_S,
+        metavar="SECONDS",
+        help="close a connection whose request headers, or next body chunk, take longer than this",
+    )
     args = parser.parse_args(argv)
     try:
         predictor = load_predictor(args.model)
@@ -135,7 +156,14 @@ def main(argv: list[str] | None = None) -> None:
     gc.freeze()
     if not args.no_warm:  # in the background: the service answers while its workers import torch
         threading.Thread(target=predictor.start_workers, name="warm-workers", daemon=True).start()
-    print(f"plansight: serving {predictor.info.get('uri', args.model)} on http://{args.host}:{args.port} (docs at /docs)")
+    where = f"http://{args.host}:{args.port}"
+    print(f"plansight: serving {predictor.info.get('uri', args.model)} on {where} (docs at /docs)")
     protocol, timeout_s = with_timeouts(args.client_timeout)
-    uvicorn.run(create_app(predictor, client_timeout_s=timeout_s), host=args.host, port=args.port,
-                log_level="warning", http=protocol, timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    uvicorn.run(
+        create_app(predictor, client_timeout_s=timeout_s),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        http=protocol,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )

@@ -1,10 +1,11 @@
 """A small Python client for the plansight service (standard library only).
 
-    from serve.client import Client
-    client = Client("http://127.0.0.1:8000")
-    client.predict(workload={...}, cluster={"preset": "a100-80gb", "nodes": 2}, plans=[{...}, ...])
-    client.search(workload={...}, cluster={...}, objective="time", trials=200)
+from serve.client import Client
+client = Client("http://127.0.0.1:8000")
+client.predict(workload={...}, cluster={"preset": "a100-80gb", "nodes": 2}, plans=[{...}, ...])
+client.search(workload={...}, cluster={...}, objective="time", trials=200)
 """
+
 from __future__ import annotations
 
 import http.client

@@ -8,6 +8,7 @@ BODY_CHUNK_TIMEOUT_S to arrive: over the limit is 413, a stalled client 408,
 and in both cases the connection is closed. HeaderDeadline does the same for
 a client that never finishes its request headers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,6 +70,7 @@ def _replay(body: bytes, receive):
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
         return await receive()
+
     return replay
 
 

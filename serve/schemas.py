@@ -4,6 +4,7 @@ The same models validate the CLI's SPEC.json and the HTTP bodies, and give
 the OpenAPI schema. Every problem is reported with the field it concerns:
 ``plans[3]: plan.dp (2) * plan.tp (2) ... != cluster world size ...``.
 """
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -11,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from collect.hardware import load_hardware
+from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 
 MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
@@ -53,8 +54,10 @@ class ClusterSpec(_Request):
             raise ValueError("cluster: with a fingerprint, give devices_per_node and memory_bytes")
         if self.world_size > MAX_WORLD_SIZE:
             per_node = self.world_size // self.nodes
-            raise ValueError(f"cluster: nodes ({self.nodes}) * devices_per_node ({per_node}) = "
-                             f"{self.world_size} devices is over the limit of {MAX_WORLD_SIZE}")
+            raise ValueError(
+                f"cluster: nodes ({self.nodes}) * devices_per_node ({per_node}) = "
+                f"{self.world_size} devices is over the limit of {MAX_WORLD_SIZE}"
+            )
         return self
 
     @cached_property
@@ -71,22 +74,29 @@ class ClusterSpec(_Request):
     def cluster(self) -> Cluster:
         if self.preset:
             p = self._preset
-            return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node or p["devices_per_node"],
-                           device="cuda", device_kind=p["id"], memory_bytes=self.memory_bytes or p["memory_bytes"],
-                           backend="nccl")
+            return Cluster(
+                nodes=self.nodes,
+                devices_per_node=self.devices_per_node or p["devices_per_node"],
+                device="cuda",
+                device_kind=p["id"],
+                memory_bytes=self.memory_bytes or p["memory_bytes"],
+                backend="nccl",
+            )
         return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes)
 
 
 def schedule_work(plan: Plan) -> int:
-    return plan.num_stages ** 2 * plan.num_microbatches
+    return plan.num_stages**2 * plan.num_microbatches
 
 
 def limit_problems(plan: Plan) -> list[str]:
     """What makes one plan too large to predict within the service's time and memory bounds."""
     problems = []
     if plan.num_stages > MAX_STAGES:
-        problems.append(f"plan.pp ({plan.pp}) * plan.virtual_stages ({plan.virtual_stages}) = {plan.num_stages} "
-                        f"pipeline stages is over the limit of {MAX_STAGES}")
+        problems.append(
+            f"plan.pp ({plan.pp}) * plan.virtual_stages ({plan.virtual_stages}) = {plan.num_stages} "
+            f"pipeline stages is over the limit of {MAX_STAGES}"
+        )
     if plan.num_microbatches > MAX_MICROBATCHES:
         problems.append(f"plan.num_microbatches ({plan.num_microbatches}) is over the limit of {MAX_MICROBATCHES}")
     return problems
@@ -106,12 +116,17 @@ class PredictRequest(_Request):
     def _check(self) -> "PredictRequest":
         _check_workload(self.workload)
         cluster = self.cluster.cluster()
-        problems = [f"plans[{i}]: {msg}" for i, p in enumerate(self.plans)
-                    for msg in limit_problems(p) or plan_problems(self.workload, p, cluster)]
+        problems = [
+            f"plans[{i}]: {msg}"
+            for i, p in enumerate(self.plans)
+            for msg in limit_problems(p) or plan_problems(self.workload, p, cluster)
+        ]
         work = sum(schedule_work(p) for p in self.plans)
         if not problems and work > MAX_SCHEDULE_WORK:
-            problems.append(f"plans: the sum over plans of (pp * virtual_stages)^2 * num_microbatches is {work}, over "
-                            f"the limit of {MAX_SCHEDULE_WORK} per request (about 10 s of work); send fewer plans")
+            problems.append(
+                f"plans: the sum over plans of (pp * virtual_stages)^2 * num_microbatches is {work}, over "
+                f"the limit of {MAX_SCHEDULE_WORK} per request (about 10 s of work); send fewer plans"
+            )
         if problems:
             shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
             raise ValueError("; ".join(shown))
@@ -152,8 +167,9 @@ class SearchRequest(_Request):
     top_k: int = Field(default=5, ge=1, le=100)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     """Sampler seed (numpy's range)."""
-    micro_batch_sizes: tuple[Annotated[int, Field(ge=1, le=2**20)], ...] = Field(default=(1, 2, 4, 8), min_length=1,
-                                                                                  max_length=16)
+    micro_batch_sizes: tuple[Annotated[int, Field(ge=1, le=2**20)], ...] = Field(
+        default=(1, 2, 4, 8), min_length=1, max_length=16
+    )
     sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""

@@ -5,6 +5,7 @@ selective: keep the outputs of matmuls and attention, recompute the cheap
 pointwise and norm ops (op-level selective checkpointing through
 ``create_selective_checkpoint_contexts``).
 """
+
 from __future__ import annotations
 
 from functools import partial

@@ -7,6 +7,7 @@ fsdp_grad_op: FSDP2 ``fully_shard`` keeping parameters unsharded between
     forward and backward (reshard_after_forward=False, ZeRO-2-like traffic).
 fsdp_full: FSDP2 resharding after forward (ZeRO-3).
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,12 +34,14 @@ def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, device: torch.device, pipel
     # DDP's first-iteration bucket rebuild then records every parameter once per
     # micro-batch and trips an internal assert. find_unused_parameters=True is
     # the documented switch that skips the rebuild.
-    return DistributedDataParallel(model, process_group=dp_mesh.get_group(), device_ids=device_ids,
-                                   find_unused_parameters=pipelined)
+    return DistributedDataParallel(
+        model, process_group=dp_mesh.get_group(), device_ids=device_ids, find_unused_parameters=pipelined
+    )
 
 
 def build_optimizer(params: list[nn.Parameter], sharding: str, dp_mesh: DeviceMesh) -> torch.optim.Optimizer:
     if sharding == "zero1":
-        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW,
-                                       process_group=dp_mesh.get_group(), lr=LEARNING_RATE)
+        return ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), lr=LEARNING_RATE
+        )
     return torch.optim.AdamW(params, lr=LEARNING_RATE)

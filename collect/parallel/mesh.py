@@ -3,6 +3,7 @@
 Axis order follows torchtitan: tp innermost so tensor-parallel groups are the
 closest ranks (same node on GPU clusters), pp outermost.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -1,4 +1,5 @@
 """Compose the parallelisms on one (stage of a) GPT, in torchtitan's order."""
+
 from __future__ import annotations
 
 import torch
@@ -19,10 +20,10 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.de
     # Checkpointing wraps blocks after TP installed its hooks and before FSDP
     # shards the wrapped blocks, so recompute re-runs the TP collectives too.
     apply_ac(model, plan.recompute)
-    fsdp = plan.sharding.startswith("fsdp")
+    fsdp = plan.fsdp_enabled
     if fsdp:
         # Shard while still on meta: the unsharded model is never materialised.
-        apply_fsdp(model, mesh["dp"], reshard_after_forward=plan.sharding == "fsdp_full")
+        apply_fsdp(model, mesh["dp"], reshard_after_forward=plan.reshard_after_forward)
     model.to_empty(device=device)
     model.init_weights()
     if not fsdp and plan.dp_enabled:

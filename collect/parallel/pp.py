@@ -6,6 +6,7 @@ blocks its stages own, and wraps each stage in a PipelineStage. Stage s of
 S = pp * virtual_stages owns blocks [s*L/S, (s+1)*L/S); interleaved schedules
 give rank r the stages r, r + pp, r + 2pp, ... ("looped" placement).
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,15 +42,16 @@ def split_stage(meta_model: nn.Module, plan: Plan, stage: int) -> nn.Module:
     return part
 
 
-def build_schedule(stage_modules: dict[int, nn.Module], plan: Plan, pp_mesh: DeviceMesh,
-                   device: torch.device, loss_fn) -> tuple[object, list[PipelineStage]]:
+def build_schedule(
+    stage_modules: dict[int, nn.Module], plan: Plan, pp_mesh: DeviceMesh, device: torch.device, loss_fn
+) -> tuple[object, list[PipelineStage]]:
     """The schedule and this rank's PipelineStages (first / last tell who feeds inputs and targets)."""
     stages = [
         PipelineStage(module, stage_index=s, num_stages=plan.num_stages, device=device, group=pp_mesh.get_group())
         for s, module in stage_modules.items()
     ]
     schedule_cls = SCHEDULES[plan.pp_schedule]
-    if plan.pp_schedule == "interleaved_1f1b":
+    if plan.interleaved:
         return schedule_cls(stages, n_microbatches=plan.num_microbatches, loss_fn=loss_fn), stages
     (stage,) = stages
     return schedule_cls(stage, n_microbatches=plan.num_microbatches, loss_fn=loss_fn), stages

@@ -7,6 +7,7 @@ sequence parallelism the norms and the residual stream are sharded along the
 sequence (dim 1), turning each block's all-reduce into reduce-scatter +
 all-gather.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -24,21 +25,24 @@ from torch.distributed.tensor.parallel import (
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
     residual = Shard(1) if sequence_parallel else Replicate()
     if model.embeddings is not None:
-        parallelize_module(model.embeddings, tp_mesh, {
-            "tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        })
+        parallelize_module(
+            model.embeddings, tp_mesh, {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
+        )
     if model.norm is not None:
         top_plan = {"output": ColwiseParallel(input_layouts=residual, output_layouts=Replicate())}
         if sequence_parallel:
             top_plan["norm"] = SequenceParallel()
         parallelize_module(model, tp_mesh, top_plan)
-    for index, block in model.layers.items():
+    for block in model.layers.values():
         parallelize_module(block, tp_mesh, _block_plan(sequence_parallel, residual))
     if sequence_parallel and model.embeddings is not None:
         # The embedding output is replicated; the first block takes its sequence shard.
         first = next(iter(model.layers.values()))
-        parallelize_module(first, tp_mesh, PrepareModuleInput(
-            input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True))
+        parallelize_module(
+            first,
+            tp_mesh,
+            PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
+        )
 
 
 def _block_plan(sequence_parallel: bool, residual) -> dict:

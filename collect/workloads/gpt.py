@@ -6,6 +6,7 @@ pipeline stage can drop the ones it does not own, embeddings / norm / head may
 be None on stages that do not hold them, and attention infers the local head
 count from the tensor shape so tensor parallelism can shard heads.
 """
+
 from __future__ import annotations
 
 import torch
@@ -100,15 +101,3 @@ class GPT(nn.Module):
 
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
-
-
-def estimate_flops_per_iteration(w: Workload) -> float:
-    """Training FLOPs of one optimizer step, forward + backward (3x forward).
-
-    Per layer and sample, b(72sd^2 + 12s^2d) for a full step in the transformer
-    characterisation of Cheng et al. (../shared/seeds/001, the 24sd^2 + 4s^2d
-    forward matmuls, tripled), plus the LM head's 6 s d V.
-    """
-    s, d, v = w.seq_len, w.hidden, w.vocab
-    per_sample = w.layers * (72 * s * d * d + 12 * s * s * d) + 6 * s * d * v
-    return float(w.global_batch_size * per_sample)

@@ -1,0 +1,1 @@
+"""Running plans on ranks: the local gloo pool, torchrun on GPU clusters, the sweep runner, result rows."""

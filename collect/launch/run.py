@@ -1,0 +1,152 @@
+"""Run a sweep with the local pool: resumable, loss-free, with a noise floor.
+
+    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+
+One LocalPool per world size stays alive for the whole sweep (idle ranks block
+on their queue and cost no CPU), so world sizes interleave freely. Before
+anything is measured the hardware fingerprint is taken and saved to
+data/hardware/<id>.json. Every ``reference_every`` plans of a world size its
+reference plan is re-measured; each row carries the latest reference time.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from collect.hardware.take import largest_message, take_fingerprint
+from collect.launch.pool import LocalPool
+from collect.launch.result import build_row
+from collect.measure.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
+from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.store import ResultStore, StoreWriteError
+from collect.sweep import SweepSpec, measurement_id, schedule_measurements
+
+COMPACT_EVERY = 50  # rows between journal -> Parquet compactions
+
+
+def reference_spec(world_size: int) -> RunSpec:
+    """A fixed small data-parallel plan, the drift probe for one world size."""
+    workload = Workload(
+        layers=2, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch_size=2, global_batch_size=2 * world_size
+    )
+    return RunSpec(
+        workload=workload, plan=Plan(dp=world_size), cluster=Cluster(devices_per_node=world_size, memory_bytes=2**34)
+    )
+
+
+class SweepRunner:
+    def __init__(self, spec: SweepSpec, out_dir: str | Path = "data/runs", hardware_dir: str | Path = "data/hardware"):
+        self.spec = spec
+        self.store = ResultStore(Path(out_dir) / f"{spec.name}.parquet")
+        self.hardware_dir = Path(hardware_dir)
+        self.host = socket.gethostname()
+        self.counts = {"ok": 0, "oom": 0, "error": 0, "timeout": 0}
+        self.ref_time: dict[int, float] = {}
+        self.since_ref: dict[int, int] = {}
+
+    def run(self, limit: int | None = None, remeasure_memory: bool = False) -> dict:
+        with self.store.writing():  # one sweep per output: a second is refused, not run beside this one
+            return self._run(limit, remeasure_memory)
+
+    def _run(self, limit: int | None, remeasure_memory: bool) -> dict:
+        order = schedule_measurements(self.spec)
+        done = self.store.done_ids() - (self._stale_memory_ids() if remeasure_memory else set())
+        todo = [item for item in order if measurement_id(item[0], item[1]) not in done]
+        if remeasure_memory:  # FSDP's peaks were the furthest off: measure them again first
+            todo.sort(key=lambda item: not (item[0].plan.fsdp_enabled and item[0].plan.dp > 1))
+        skipped = len(order) - len(todo)
+        if limit is not None:
+            todo = todo[:limit]
+        _save_spec(self.spec, self.store.parquet_path)
+        if not todo:
+            print(f"{self.spec.name}: all {len(order)} measurements already in {self.store.parquet_path}")
+            return self.counts
+        world_sizes = sorted({p.cluster.world_size for p, _, _ in todo})
+        with ExitStack() as stack:
+            self.pools = {
+                ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s)) for ws in world_sizes
+            }
+            self.fingerprint_id = take_fingerprint(
+                self.pools, largest_message(todo), self.hardware_dir, self.host, blocks=self.spec.profile_blocks
+            )
+            try:
+                self._measure_all(todo, skipped=skipped)
+            except StoreWriteError:
+                raise  # the disk refuses writes: compacting would too, and the journal holds every stored row
+            except BaseException:
+                self.store.compact()
+                raise
+            self.store.compact()
+        return self.counts
+
+    def _stale_memory_ids(self) -> set[str]:
+        """Stored CPU measurements whose peak an older accounting overstated (collect.measure.memory): measuring them
+        again replaces their rows; the previous values stay in the repository's history."""
+        rows = self.store.load()
+        if not len(rows):
+            return set()
+        method = rows.get("peak_mem_method", pd.Series(index=rows.index, dtype=object))
+        stale = (rows["device"] == "cpu") & (method != PEAK_MEM_METHODS["cpu"])
+        affected = rows.apply(
+            lambda r: affected_by_unreported_frees(
+                Plan.model_validate({k: r[k] for k in Plan.model_fields if k in r and pd.notna(r[k])})
+            ),
+            axis=1,
+        )
+        return set(rows.loc[stale & affected, "measurement_id"])
+
+    def _measure_all(self, todo, skipped: int) -> None:
+        bar = tqdm(todo, desc=self.spec.name, unit="plan", dynamic_ncols=True)
+        if skipped:
+            bar.write(f"resuming: {skipped} measurements already stored, {len(todo)} to go")
+        for n, (point, repeat_index, repeat_group) in enumerate(bar, start=1):
+            ws = point.cluster.world_size
+            if ws not in self.ref_time or self.since_ref[ws] >= self.spec.reference_every:
+                self._measure_reference(ws)
+            result = self.pools[ws].run(point)
+            self.since_ref[ws] += 1
+            self.counts[result.status] += 1
+            self.store.append(
+                self._row(
+                    point,
+                    result,
+                    measurement_id(point, repeat_index),
+                    repeat_group=repeat_group,
+                    repeat_index=repeat_index,
+                )
+            )
+            bar.set_postfix(self.counts, refresh=False)
+            if n % COMPACT_EVERY == 0:
+                self.store.compact()
+
+    def _measure_reference(self, ws: int) -> None:
+        spec = reference_spec(ws)
+        result = self.pools[ws].run(spec)
+        if result.status == "ok":
+            self.ref_time[ws] = result.iter_time_s
+        self.since_ref[ws] = 0
+        self.store.append(self._row(spec, result, f"ref-{ws}-{int(time.time() * 1000)}", is_reference=True))
+
+    def _row(self, point: RunSpec, result, mid: str, **extra) -> dict:
+        return build_row(
+            point,
+            result,
+            measurement_id=mid,
+            sweep_id=self.spec.name,
+            fingerprint_id=self.fingerprint_id,
+            host=self.host,
+            ref_time_s=self.ref_time.get(point.cluster.world_size),
+            **{"repeat_group": None, "repeat_index": 0, "is_reference": False, **extra},
+        )
+
+
+def _save_spec(spec: SweepSpec, parquet_path: Path) -> None:
+    """The sweep's own spec beside its results, as run (vidur-style)."""
+    path = parquet_path.with_suffix(".sweep.json")
+    path.write_text(spec.model_dump_json(indent=2))

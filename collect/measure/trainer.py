@@ -1,0 +1,90 @@
+"""One plan on one rank: build the parallelised GPT, its optimizer and data, and step.
+
+The same code runs under the local spawner (CPU, gloo) and under torchrun
+(GPU, NCCL); only ``device`` differs.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch import nn
+
+from collect.parallel.dp import build_optimizer
+from collect.parallel.mesh import build_mesh
+from collect.parallel.parallelize import parallelize
+from collect.parallel.pp import build_schedule, split_stage, stage_ids
+from collect.schema import RunSpec
+from collect.workloads.gpt import GPT, cross_entropy_loss
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class PlanTrainer:
+    """Owns everything a plan allocates on this rank; ``close()`` releases it."""
+
+    def __init__(self, spec: RunSpec, device: torch.device):
+        self.spec, self.device = spec, device
+        w, plan = spec.workload, spec.plan
+        self.mesh = build_mesh(plan, device.type)
+        with torch.device("meta"):
+            meta_model = GPT(w).to(TORCH_DTYPES[w.dtype])
+        if plan.pp_enabled:
+            pp_rank = self.mesh["pp"].get_local_rank()
+            self.stages = {
+                s: parallelize(split_stage(meta_model, plan, s), self.mesh, plan, device)
+                for s in stage_ids(plan, pp_rank)
+            }
+            self.schedule, self.pipeline_stages = build_schedule(
+                self.stages, plan, self.mesh["pp"], device, cross_entropy_loss
+            )
+            modules = list(self.stages.values())
+        else:
+            self.model = parallelize(meta_model, self.mesh, plan, device)
+            modules = [self.model]
+        params = [p for m in modules for p in m.parameters()]
+        self.optimizer = build_optimizer(params, plan.sharding, self.mesh["dp"])
+        self.tokens, self.targets = self._make_batch()
+
+    def _make_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        w, plan = self.spec.workload, self.spec.plan
+        # Same data on every tp and pp rank of a replica, different across replicas.
+        generator = torch.Generator().manual_seed(self.mesh["dp"].get_local_rank())
+        samples = w.micro_batch_size * plan.num_microbatches
+        data = torch.randint(0, w.vocab, (samples, w.seq_len + 1), generator=generator)
+        return data[:, :-1].to(self.device), data[:, 1:].to(self.device)
+
+    def step(self) -> None:
+        """One optimizer step over all micro-batches."""
+        if self.spec.plan.pp_enabled:
+            self._pipeline_step()
+        else:
+            self._accumulation_step()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _pipeline_step(self) -> None:
+        inputs = (self.tokens,) if any(s.is_first for s in self.pipeline_stages) else ()
+        target = self.targets if any(s.is_last for s in self.pipeline_stages) else None
+        self.schedule.step(*inputs, target=target)
+
+    def _accumulation_step(self) -> None:
+        n = self.spec.plan.num_microbatches
+        for i, (x, y) in enumerate(zip(self.tokens.chunk(n), self.targets.chunk(n))):
+            # DDP all-reduces only on the last micro-batch; FSDP reduce-scatters each
+            # time (its default, which keeps gradients sharded between micro-batches).
+            last = i == n - 1
+            sync = (
+                self.model.no_sync()
+                if isinstance(self.model, nn.parallel.DistributedDataParallel) and not last
+                else nullcontext()
+            )
+            with sync:
+                loss = cross_entropy_loss(self.model(x), y) / n
+                loss.backward()
+
+    def close(self) -> None:
+        for name in ("schedule", "pipeline_stages", "stages", "model", "optimizer", "tokens", "targets", "mesh"):
+            if hasattr(self, name):
+                delattr(self, name)

@@ -1,0 +1,91 @@
+"""Costs of compute and communication on one machine, from a fingerprint or a preset.
+
+Measured fingerprints give a matmul throughput per dtype and Lin et al.'s
+three-region curve per (collective, group size). Presets give datasheet peak
+FLOP/s and link bandwidths; their collectives use the ring volumes of the
+transformer characterisation (all-reduce 2(p-1)/p, all-gather and
+reduce-scatter (p-1)/p of the message per rank) over the link bandwidth, plus
+an assumed 10 us launch latency (an assumption, not a datasheet value).
+A fingerprint with a block profile (collect.measure.blocks) also prices compute block by
+block (gnn.costs.blocks): a fixed cost per block and wrapper beside its FLOPs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from collect.hardware.costmodel import ThreeRegionCurve
+from collect.hardware.records import load_hardware
+from gnn.costs.blocks import BlockModel
+
+ASSUMED_LAUNCH_LATENCY_S = 10e-6
+RING_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "send_recv": None}
+
+
+class HardwareModel:
+    def __init__(self, record: dict):
+        self.record = record
+        self.id = record["id"]
+        self.measured = record.get("source") == "measured"
+        self.flops_per_s = self._flops(record)
+        self.memory_bandwidth = (
+            next((p["bytes_per_s"] for p in record["compute"] if p["kind"] == "memory_bandwidth"), None) or 1e10
+        )
+        self.curves = {
+            (op, int(g)): ThreeRegionCurve(**c)
+            for op, by_group in record.get("collective_fits", {}).items()
+            for g, c in by_group.items()
+        }
+        links = record.get("links", {})
+        self.intra_bw = links.get("intra_node", {}).get("bandwidth_bytes_per_s")
+        self.inter_bw = links.get("inter_node", {}).get("bandwidth_bytes_per_s")
+        self.devices_per_node = record.get("devices_per_node", 1 << 30)
+        self.blocks = BlockModel(record["blocks"]) if record.get("blocks") else None
+        if self.blocks is not None and record.get("blocks_compute"):  # borrowed from another fingerprint
+            source = HardwareModel({"id": "source", "compute": record["blocks_compute"], "source": "measured"})
+            self.blocks.rescale_flops(source.flops_per_s["float32"] / self.flops_per_s["float32"])
+
+    @staticmethod
+    def _flops(record: dict) -> dict[str, float]:
+        if "peak_flops_per_s" in record:
+            return dict(record["peak_flops_per_s"])
+        best: dict[str, float] = {}
+        for p in record["compute"]:
+            if p["kind"] == "matmul":
+                best[p["dtype"]] = max(best.get(p["dtype"], 0.0), p["flops_per_s"])
+        return best
+
+    def compute_slots(self, plan) -> float:
+        """Cores per pipeline rank's dp x tp replicas, which the simulator shares among the compute nodes running
+        at once (gnn.sim.simulate); inf when every rank has a device of its own (GPUs, and machines whose measured
+        concurrency shows no slowdown)."""
+        cores = self.blocks.cores if self.blocks is not None else float("inf")
+        return cores / (plan.dp * plan.tp)
+
+    def compute_time(self, flops: float, dtype: str | None) -> float:
+        rate = self.flops_per_s.get(dtype or "float32") or self.flops_per_s.get("bfloat16") or 1e10
+        if not self.measured and dtype in (None, "float32"):
+            rate = self.flops_per_s.get("bfloat16", rate)  # GPU fp32 matmuls run on TF32/bf16 tensor cores
+        return flops / rate
+
+    def comm_time(self, op: str, message_bytes: float, group: int, crosses_node: bool = False) -> float:
+        if group <= 1 or message_bytes <= 0:
+            return 0.0
+        if self.curves:
+            return self._curve_time(op, message_bytes, group)
+        bw = self.inter_bw if crosses_node else self.intra_bw
+        factor = RING_FACTOR[op] if RING_FACTOR[op] is not None else group / (group - 1)
+        return ASSUMED_LAUNCH_LATENCY_S * (group - 1) + factor * (group - 1) / group * message_bytes / bw
+
+    def _curve_time(self, op: str, message_bytes: float, group: int) -> float:
+        groups = sorted(g for o, g in self.curves if o == op)
+        nearest = min(groups, key=lambda g: (abs(g - group), -g))
+        t = float(self.curves[(op, nearest)].predict(message_bytes))
+        if nearest != group and op != "send_recv":  # ring steps grow with (p-1)
+            t *= (group - 1) / max(nearest - 1, 1)
+        return t
+
+
+@lru_cache(maxsize=64)
+def hardware_model(name: str, hardware_dir: str = "data/hardware") -> HardwareModel:
+    return HardwareModel(load_hardware(name, hardware_dir))

@@ -1,0 +1,112 @@
+"""What a node of the execution graph costs in seconds: collectives from the hardware's curves, compute from the
+block profile where the hardware has one (else from FLOPs at its throughput), the optimizer step per tensor.
+
+One Pricing per plan (gnn.graph.passes asks it for every node it writes); each
+distinct node is priced once.
+"""
+
+from __future__ import annotations
+
+from collect.schema import Plan, Workload
+from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
+from gnn.costs.hardware import HardwareModel
+
+# the collective each communication node runs (the node kinds of gnn.graph.table); tp_comm's depends on
+# sequence parallelism
+COLLECTIVE = {
+    "tp_comm": None,
+    "dp_comm": "all_reduce",
+    "fsdp_allgather": "all_gather",
+    "fsdp_reducescatter": "reduce_scatter",
+    "zero_allgather": "all_gather",
+    "p2p": "send_recv",
+}
+# parameter tensors of one GPT layer: two norms (weight, bias) and six linears (weight, bias); the first stage
+# adds 2 (token and position embeddings), the last 3 (the final norm's two, the output projection)
+TENSORS_PER_LAYER = 16
+
+
+class Pricing:
+    def __init__(
+        self, w: Workload, plan: Plan, c: BlockCosts, hw: HardwareModel, layers_per_stage: int, tp_cross: bool
+    ):
+        self.w, self.plan, self.c, self.hw = w, plan, c, hw
+        self.layers_per_stage, self.num_stages, self.tp_cross = layers_per_stage, plan.num_stages, tp_cross
+        self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
+
+    def estimate(
+        self, kind: str, phase: str, count: int, flops: float, message_bytes: float, group: int, crosses_node: bool
+    ) -> float:
+        """A node's estimated seconds. The same node recurs across stages and passes: each distinct one is costed
+        once."""
+        key = (kind, phase, count, flops, message_bytes, group, crosses_node)
+        cost = self.costs.get(key)
+        if cost is None:
+            cost = self.costs[key] = self.cost(*key)
+        return cost
+
+    def cost(
+        self, kind: str, phase: str, count: int, flops: float, message_bytes: float, group: int, crosses_node: bool
+    ) -> float:
+        if kind in COLLECTIVE:
+            op = COLLECTIVE[kind] or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
+            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node)
+            if kind == "tp_comm" and self.plan.sequence_parallel:
+                per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node)
+            return count * per_call
+        if self.hw.blocks is not None:
+            return count * self._block_seconds(kind, phase)
+        return self.hw.compute_time(flops, self.w.dtype)
+
+    # --- compute from the block profile (gnn.costs.blocks) --------------------------------------------------
+
+    def _features(self, block: str) -> tuple[float, float, float]:
+        return block_features(self.c, block, dtype_bytes(self.w))
+
+    def _wrappers(self, phase: str) -> list[str]:
+        """The block profile's layer variants this plan wraps its layers in, for a forward or backward."""
+        plan, found = self.plan, []
+        if plan.tp > 1:
+            found.append("tp_sp" if plan.sequence_parallel else "tp")
+        if plan.fsdp_enabled:  # FSDP's hooks run at dp = 1 too
+            found.append(plan.sharding)
+        if plan.recompute != "none" and phase == "forward":  # in backward, checkpointing is the recompute node
+            found.append(plan.recompute)
+        return found
+
+    def _block_seconds(self, kind: str, phase: str) -> float:
+        """One block's seconds: its plain cost, plus half of what the plan's wrappers add to a layer for an
+        attention or MLP block (they wrap the layer, its two blocks together). A recompute node costs what
+        checkpointing adds to a layer's backward."""
+        blocks, layer = self.hw.blocks, self._features("layer")
+        if phase == "recompute":
+            return max(blocks.wrapper_seconds(self.plan.recompute, "backward", layer), 0.0)
+        seconds = blocks.seconds(kind, "plain", phase, self._features(kind))
+        if kind in ("attn", "mlp"):
+            seconds += 0.5 * sum(self._wrapper_seconds(v, phase, layer) for v in self._wrappers(phase))
+        return max(seconds, 0.0)
+
+    def _wrapper_seconds(self, variant: str, phase: str, layer: tuple[float, float, float]) -> float:
+        """What a wrapper adds to a layer's phase. Tensor parallelism, where the profile timed a layer on a pool
+        of tp real ranks: that layer less what the graph charges besides (the plain attention and MLP blocks
+        at their shard, and the layer's two tp_comm calls): DTensor's collective path on a real group, which a
+        one-rank mesh and the raw collective curves both miss. Elsewhere the one-rank wrapper cost."""
+        blocks, plan = self.hw.blocks, self.plan
+        group = blocks.group_seconds(variant, plan.tp, phase, layer) if variant in ("tp", "tp_sp") else None
+        if group is None:
+            return blocks.wrapper_seconds(variant, phase, layer)
+        plain = sum(blocks.seconds(kind, "plain", phase, self._features(kind)) for kind in ("attn", "mlp"))
+        calls = 2 * self.cost("tp_comm", phase, 1, 0.0, self.c.boundary_bytes, plan.tp, self.tp_cross)
+        return max(group - plain - calls, 0.0)
+
+    def optimizer_seconds(self, stages: tuple[int, ...], params: float) -> float | None:
+        """AdamW's step on this rank's ``params`` (already sharded): a cost per tensor and per parameter, on
+        DTensors under FSDP or TP. ZeRO-1 steps a plain optimizer over its 1/dp of the tensors."""
+        if self.hw.blocks is None:
+            return None
+        plan, last = self.plan, self.num_stages - 1
+        tensors = sum(TENSORS_PER_LAYER * self.layers_per_stage + 2 * (s == 0) + 3 * (s == last) for s in stages)
+        if plan.sharding == "zero1":
+            tensors /= plan.dp
+        variant = "fsdp" if plan.fsdp_enabled else "tp" if plan.tp > 1 else "plain"
+        return self.hw.blocks.optimizer_seconds(variant, tensors, params)

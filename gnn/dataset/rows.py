@@ -1,0 +1,78 @@
+"""From a dataset row back to the (workload, plan, cluster, hardware) it measured.
+
+External rows (vTrain) leave unstated fields empty in data/. A prediction
+still needs a value, so the model input fills them with the assumptions
+below. Each is flagged in the features (``*_known`` = 0) and never written
+back to the data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.store import ResultStore
+
+ASSUMED_VOCAB = 51200  # Megatron's padded GPT-2 vocabulary, the default of the framework vTrain measured
+ASSUMED_DTYPE = "bfloat16"  # A100 Megatron runs use 16-bit training; the source does not say which
+
+
+def _get(row, name, default=None):
+    # a mapping (dict, pandas Series: a Series' own attributes such as .dtype shadow its columns) or a namedtuple
+    value = row.get(name, default) if hasattr(row, "get") else getattr(row, name, default)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return value
+
+
+def row_to_spec(row) -> tuple[RunSpec, str, dict]:
+    """(spec, hardware name, flags) for a row of data/runs."""
+    flags = {
+        "vocab_known": _get(row, "vocab") is not None,
+        "dtype_known": _get(row, "dtype") is not None,
+        "sharding_known": _get(row, "sharding") is not None,
+    }
+    w = Workload.model_construct(
+        family="gpt",
+        layers=int(_get(row, "layers")),
+        hidden=int(_get(row, "hidden")),
+        heads=int(_get(row, "heads")),
+        seq_len=int(_get(row, "seq_len")),
+        vocab=int(_get(row, "vocab", ASSUMED_VOCAB)),
+        micro_batch_size=int(_get(row, "micro_batch_size")),
+        global_batch_size=int(_get(row, "global_batch_size")),
+        dtype=_get(row, "dtype", ASSUMED_DTYPE),
+    )
+    p = Plan.model_construct(
+        dp=int(_get(row, "dp")),
+        tp=int(_get(row, "tp")),
+        pp=int(_get(row, "pp")),
+        sharding=_get(row, "sharding", "none"),
+        recompute=_get(row, "recompute", "none"),
+        pp_schedule=_get(row, "pp_schedule") if int(_get(row, "pp")) > 1 else None,
+        virtual_stages=int(_get(row, "virtual_stages", 1)),
+        num_microbatches=int(_get(row, "num_microbatches")),
+        sequence_parallel=bool(_get(row, "sequence_parallel", False)),
+    )
+    hw = _get(row, "fingerprint_id", "a100-80gb")
+    c = Cluster.model_construct(
+        nodes=int(_get(row, "nodes", 1)),
+        devices_per_node=int(_get(row, "devices_per_node")),
+        device=_get(row, "device", "cpu"),
+        device_kind=_get(row, "device_kind", "cpu"),
+        memory_bytes=int(_get(row, "memory_bytes", 80 * 2**30)),
+        backend=_get(row, "backend", "gloo"),
+    )
+    return RunSpec.model_construct(workload=w, plan=p, cluster=c), hw, flags
+
+
+def load_runs(paths) -> pd.DataFrame:
+    """All measured plan rows (reference probes and failed runs excluded), with a domain column."""
+    frames = [ResultStore(p).load() for p in paths]  # Parquet plus rows still in a sweep's journal
+    df = pd.concat(frames, ignore_index=True)
+    df = df[df["status"].isin(["ok", "oom"]) & ~df["is_reference"].fillna(False).astype(bool)]
+    df = df[df["iter_time_s"].notna()].reset_index(drop=True)
+    df["domain"] = df["device"].map({"cpu": "cpu", "cuda": "a100"})
+    return df

@@ -1,0 +1,72 @@
+"""What a pipeline stage holds in memory under a plan: its parameters, FSDP's units and what they keep,
+the gradients a stage's first backward allocates, and the state resident per pipeline rank.
+
+The pass compiler (gnn.graph.passes) writes these bytes into the nodes that
+allocate, keep and free them; the simulator replays them for the peak.
+"""
+
+from __future__ import annotations
+
+from collect.schema import Plan, Workload
+from gnn.costs.analytic import BlockCosts, dtype_bytes, stage_params, state_bytes
+
+
+class StageMemory:
+    def __init__(self, w: Workload, plan: Plan, c: BlockCosts, layers_per_stage: int):
+        self.w, self.plan, self.c = w, plan, c
+        self.layers_per_stage, self.num_stages = layers_per_stage, plan.num_stages
+
+    def pipelined_fsdp(self) -> bool:
+        """FSDP over dp > 1 inside torch.distributed.pipelining: its stages turn off FSDP's gradient sync and
+        its resharding after backward for every micro-batch, and reduce-scatter once, after the last."""
+        plan = self.plan
+        return plan.pp > 1 and plan.dp > 1 and plan.fsdp_enabled
+
+    def grad_bytes(self, stage: int) -> float:
+        """The gradients a stage's first backward allocates: unsharded while pipelining defers FSDP's sync."""
+        grads = state_bytes(self.w, self.plan, self.params(stage))["grad"]
+        return grads * self.plan.dp if self.pipelined_fsdp() else grads
+
+    def grads_written_at_gather(self, stage: int) -> float:
+        """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1
+        the peak comes while the last two units are gathered: the gradient shards of the units before them
+        are written, those of these two and of the root unit (embedding, head: reduced at the very end) not
+        yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them."""
+        if not self.plan.reshard_after_forward or self.plan.dp == 1:
+            return 1.0
+        L, c = self.layers_per_stage, self.c
+        return max(L - 2, 0) * c.layer_params / self.params(stage)
+
+    def static_bytes(self) -> list[float]:
+        plan = self.plan
+        return [
+            sum(
+                sum(v for k, v in state_bytes(self.w, plan, self.params(s)).items() if k != "grad")
+                + self.fsdp_held_bytes(s)
+                for s in range(rank, plan.num_stages, plan.pp)
+            )
+            for rank in range(plan.pp)
+        ]
+
+    def params(self, stage: int) -> float:
+        return stage_params(self.w, self.plan, self.c, stage, self.layers_per_stage)
+
+    def stage_bytes(self, stage: int) -> float:
+        return self.params(stage) * dtype_bytes(self.w)
+
+    def unit_bytes(self, stage: int) -> float:
+        """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
+        return self.stage_bytes(stage) / max(self.layers_per_stage, 1)
+
+    def fsdp_units(self, stage: int) -> int:
+        """FSDP2 units of a stage, each gathered and reduce-scattered by its own collective: every block, and the
+        stage's root when it holds parameters of its own (embeddings on the first stage, norm and head on the last)."""
+        return self.layers_per_stage + (stage == 0 or stage == self.num_stages - 1)
+
+    def fsdp_held_bytes(self, stage: int) -> float:
+        """FSDP2 keeps its last gradient reduction's buffers, about one unit, from one iteration into the next
+        (at dp = 1 too: a second unit-sized block beside the last unit's gradients in the allocator trace).
+        Pipelined, it reduces once after the last micro-batch, and nothing is seen held."""
+        plan = self.plan
+        fsdp_reduces = plan.fsdp_enabled and plan.pp == 1
+        return self.unit_bytes(stage) if fsdp_reduces else 0.0

@@ -1,0 +1,293 @@
+"""The nodes of one forward or backward pass of a stage, and of a rank's optimizer step, as table rows.
+
+Every micro-batch of a stage runs the same pass: the same blocks, collectives, costs and memory. Only the
+first and last micro-batches differ (the first backward allocates the gradients; FSDP gathers and frees on
+the first and last), so a plan has a handful of distinct passes, and gnn.graph.build repeats their rows across
+the schedule. Rows are built for one stage of a role (first, middle, last) with rank and micro-batch 0;
+gnn.graph.build fills in all three where it places a pass. Nothing here depends on the micro-batch count or the
+pipeline schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated plan (gnn.sim.truncate)
+share one compiler, and so can the plans of a batch that differ only in those (``shared_compiler``).
+"""
+
+from __future__ import annotations
+
+from collect.schema import Cluster, Plan, Workload
+from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, saved_bytes_per_layer
+from gnn.costs.hardware import HardwareModel
+from gnn.costs.pricing import Pricing
+from gnn.graph.memory import StageMemory
+from gnn.graph.step import compile_step
+from gnn.graph.table import COL
+from gnn.graph.template import PassRows, PassTemplate
+
+
+def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel) -> "PassCompiler":
+    """A compiler for the plan, taken from ``cache`` (the caller's, for one batch of plans) when an earlier plan
+    differed only in schedule and micro-batch count. The cache holds references to ``hw``: scope it to a batch."""
+    if cache is None:
+        return PassCompiler(w, plan, cluster, hw)
+    key = (
+        w,
+        cluster,
+        id(hw),
+        plan.dp,
+        plan.tp,
+        plan.pp,
+        plan.virtual_stages,
+        plan.sharding,
+        plan.recompute,
+        plan.sequence_parallel,
+    )
+    found = cache.get(key)
+    if found is None or found.hw is not hw:
+        found = cache[key] = PassCompiler(w, plan, cluster, hw, cache.setdefault(_SHARED, {}))
+    return found
+
+
+_SHARED = ("templates",)  # the key, in a shared_compiler cache, of the templates its compilers share
+
+
+class PassCompiler:
+    def __init__(self, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, shared: dict | None = None):
+        """``shared``: templates shared with the other compilers of a batch, by what their rows depend on
+        (``template``, ``step``)."""
+        self.w, self.plan, self.hw = w, plan, hw
+        self.gloo = cluster.backend == "gloo"
+        self.c: BlockCosts = block_costs(w, plan)
+        self.num_stages = plan.num_stages  # a computed property of the plan: read once, it is read per pass
+        self.layers_per_stage = w.layers // self.num_stages
+        self.templates: dict[tuple, PassTemplate] = {}
+        self.shared = {} if shared is None else shared
+        # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,
+        # variants and sharding (see template, step): looked up once here, as the key holds the workload and
+        # cluster, whose hashes and comparisons are costly
+        what = (id(hw), w, cluster, plan.dp, plan.tp, plan.pp, plan.virtual_stages, plan.recompute)
+        self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel), {})
+        self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
+        self._static: list[float] | None = None
+        self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
+        per_node = cluster.devices_per_node
+        # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
+        self.tp_cross = plan.tp > per_node
+        self.dp_cross = plan.tp * plan.dp > per_node
+        self.pp_cross = plan.tp * plan.dp * plan.pp > per_node and plan.pp > 1
+        self.memory = StageMemory(w, plan, self.c, self.layers_per_stage)
+        self.pricing = Pricing(w, plan, self.c, hw, self.layers_per_stage, self.tp_cross)
+
+    def template(self, phase: str, stage: int, variant: tuple[bool, ...]) -> PassTemplate:
+        """A forward or backward pass (variants: gnn.graph.layout.variant). Stages in the middle of the pipeline hold
+        the same blocks, so one template serves every stage of a role (first, middle, last), and plans of a batch
+        that agree on all the pass reads of them (``_sharding_read``) share it."""
+        key = (phase, stage == 0, stage == self.num_stages - 1, *variant)
+        found = self.templates.get(key)
+        if found is None:
+            if phase == "B" and variant[0]:  # a stage's first backward: per plan, it charges the gradients
+                found = self._backward(stage, *variant)
+            else:
+                shared_key = (key, self._sharding_read(phase, variant))
+                found = self._shared_passes.get(shared_key)
+                if found is None:
+                    compile_pass = self._forward if phase == "F" else self._backward
+                    found = self._shared_passes[shared_key] = compile_pass(stage, *variant)
+            self.templates[key] = found
+        return found
+
+    def _sharding_read(self, phase: str, variant: tuple[bool, ...]):
+        """What a forward or (not first) backward pass reads of the plan's sharding: a forward, only which FSDP
+        mode gathers for it, if it gathers; a backward, whether FSDP fully shards (it gathers, and charges the
+        gradients there) and whether it reduce-scatters; both, with a block profile, which FSDP mode wraps the
+        layers (its hooks cost time whether or not the pass gathers)."""
+        plan = self.plan
+        fsdp = plan.fsdp_enabled
+        wrapper = plan.sharding if fsdp and self.hw.blocks is not None else None  # its hooks' cost (block profile)
+        if phase == "F":
+            return plan.sharding if variant[0] else None, wrapper
+        return plan.reshard_after_forward, fsdp and plan.dp > 1, wrapper
+
+    # --- the passes ----------------------------------------------------------------------------------------
+
+    def _forward(self, stage: int, gathers: bool) -> PassTemplate:
+        plan, c, L = self.plan, self.c, self.layers_per_stage
+        rows, last = PassRows(self.pricing), None
+        if gathers:
+            last = self._fsdp_gather(rows, last, stage, "forward")
+        if stage == 0:
+            last = rows.add(last, "embed", "forward", stage, alloc_bytes=c.boundary_bytes)
+        saved = saved_bytes_per_layer(c, plan)
+        for kind, flops in (("attn", c.attn_flops), ("mlp", c.mlp_flops)):
+            last = rows.add(last, kind, "forward", stage, count=L, flops=L * flops, alloc_bytes=L * saved / 2)
+            if stage > 0 and kind == "attn":
+                rows.hold(last, c.boundary_bytes)  # pipelining's receive buffer for this micro-batch's input
+            if plan.tp > 1:
+                last = self._tp_comm(rows, last, stage, "forward")
+        if stage == plan.num_stages - 1:
+            last = rows.add(
+                last,
+                "head",
+                "forward",
+                stage,
+                flops=c.head_flops,
+                alloc_bytes=c.logits_bytes,
+                transient_bytes=2 * c.logits_bytes,
+            )
+            if plan.pp > 1:
+                rows.hold(last, c.logits_bytes * dtype_bytes(self.w) / 4)  # the schedule keeps each output
+        else:
+            last = rows.add(
+                last, "p2p", "forward", stage, message_bytes=c.boundary_bytes, group=2, crosses_node=self.pp_cross
+            )
+        return rows.done(last)
+
+    def _saved_bytes(self, stage: int, frees_gather: bool) -> float:
+        """What a forward of the stage keeps for its backward: activations, and under grad_op the parameters
+        gathered for the micro-batches up to the backward that reshards."""
+        return self._activations(stage) + (self.memory.stage_bytes(stage) if frees_gather else 0.0)
+
+    def _activations(self, stage: int) -> float:
+        """The activations a forward of the stage saves, whichever variant: only the FSDP gather differs."""
+        role = (stage == 0, stage == self.num_stages - 1)
+        found = self.activations.get(role)
+        if found is None:
+            forward = self.templates.get(("F", *role, True)) or self.template("F", stage, (False,))
+            found = self.activations[role] = forward.kept_bytes
+        return found
+
+    def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
+        if first:
+            # a stage's first backward is any other plus the gradients it allocates (accumulated in place after)
+            other = self.template("B", stage, (False, frees_gather))
+            table = other.table.copy()
+            grads = self.memory.grad_bytes(stage)
+            early = grads * self.memory.grads_written_at_gather(stage)
+            table[other.grads_at, COL["alloc_bytes"]] += early
+            table[other.end, COL["alloc_bytes"]] += grads - early
+            return PassTemplate(table, other.edges, other.end, other.grads_at, other.kept_bytes, other.shape)
+        plan, c, L = self.plan, self.c, self.layers_per_stage
+        last_stage = stage == plan.num_stages - 1
+        rows, last = PassRows(self.pricing), None
+        if plan.reshard_after_forward:
+            # FSDP2 writes each unit's gradient shards as its backward ends, while it gathers the next units: the
+            # peak comes late in the backward, with most shards written. Charged here, where the gathers start.
+            last = grads_at = self._fsdp_gather(rows, last, stage, "backward")
+        if plan.recompute != "none":
+            share = 1.0 if plan.recompute == "full" else 0.1  # selective recomputes only cheap pointwise ops
+            last = rows.add(
+                last,
+                "attn",
+                "recompute",
+                stage,
+                count=L,
+                flops=share * L * (c.attn_flops + c.mlp_flops),
+                transient_bytes=c.activation_bytes_per_layer,
+            )
+        if last_stage:
+            last = rows.add(last, "head", "backward", stage, flops=2 * c.head_flops, transient_bytes=c.logits_bytes)
+        for kind, flops in (("mlp", c.mlp_flops), ("attn", c.attn_flops)):
+            if plan.tp > 1:
+                last = self._tp_comm(rows, last, stage, "backward")
+            last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops)
+        if stage == 0:
+            last = rows.add(last, "embed", "backward", stage)
+        rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))
+        # pipelining keeps, per micro-batch, the gradient received from the next stage and the one computed for
+        # the previous stage's input (its receive buffer's .grad) until the iteration ends
+        rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
+        if plan.fsdp_enabled and plan.dp > 1 and not self.memory.pipelined_fsdp():
+            # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
+            units = self.memory.fsdp_units(stage)
+            scatter = rows.add(
+                last,
+                "fsdp_reducescatter",
+                "backward",
+                stage,
+                count=units,
+                message_bytes=self.memory.stage_bytes(stage) / units,
+                group=plan.dp,
+                crosses_node=self.dp_cross,
+                transient_bytes=2 * self.memory.unit_bytes(stage),
+            )
+            if not plan.reshard_after_forward:
+                grads_at = scatter
+        elif not plan.reshard_after_forward:
+            grads_at = last
+        if stage > 0:
+            last = rows.add(
+                last, "p2p", "backward", stage, message_bytes=c.boundary_bytes, group=2, crosses_node=self.pp_cross
+            )
+        return rows.done(last, grads_at)
+
+    def step(self, stages: tuple[int, ...]) -> PassTemplate:
+        """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
+        Its rows depend on the parameters held, how they are sharded and reduced, and the hardware, not on the
+        schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
+        stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places)."""
+        plan = self.plan
+        key = (
+            plan.tp,
+            plan.dp,
+            plan.pp,
+            plan.sharding,
+            self.layers_per_stage,
+            self.dp_cross,
+            tuple((s == 0, s == self.num_stages - 1) for s in stages),
+        )
+        found = self._shared_steps.get(key)
+        if found is None:
+            found = self._shared_steps[key] = compile_step(self, stages)
+        return found
+
+    def static_bytes(self) -> list[float]:
+        """Resident from the start, per pipeline rank (holding stages rank, rank + pp, ...): parameters, optimizer
+        state, DDP's buckets. Gradients are not: the first backward of each stage allocates them (see _backward),
+        after FSDP has resharded what it gathered."""
+        if self._static is None:
+            self._static = self.memory.static_bytes()
+        return list(self._static)
+
+    # --- pieces --------------------------------------------------------------------------------------------
+
+    def _fsdp_gather(self, rows: PassRows, after: int | None, stage: int, phase: str) -> int:
+        """FSDP2's all-gather of a stage's blocks, one unit at a time (measured on gloo ranks, torch 2.13).
+
+        fsdp_full frees each unit after its forward; its backward gathers the next unit while the current one
+        runs (backward prefetch), so two units are live. fsdp_grad_op keeps every unit gathered from its forward
+        to its backward: the whole stage, allocated here and freed by the backward that reshards
+        (gnn.graph.layout.variant says which). Over dp > 1, gloo passes each all-gather through one more unit-sized
+        buffer of its own (allocated inside the c10d call, freed when the work ends).
+
+        Not charged: the stage's root unit (embedding, head) also stays gathered through each pass under
+        fsdp_full (seen in the allocator trace), but charging it overshoots the measured peaks (simulator
+        MAPE 4.8% -> 5.8% on 267 re-measured FSDP rows with dp > 1; no change without dp), so something else
+        here is over-charged.
+        """
+        full, plan = self.memory.stage_bytes(stage), self.plan
+        keep = plan.sharding == "fsdp_grad_op" and phase == "forward"
+        prefetch = 2 if phase == "backward" and plan.dp > 1 else 1
+        if phase == "backward" and plan.pp > 1:
+            prefetch = self.layers_per_stage  # nothing reshards after a backward: the stage ends it gathered
+        staging = self.memory.unit_bytes(stage) if self.gloo and plan.dp > 1 else 0.0
+        units = self.memory.fsdp_units(stage)
+        return rows.add(
+            after,
+            "fsdp_allgather",
+            phase,
+            stage,
+            count=units,
+            message_bytes=full / plan.dp / units,
+            group=plan.dp,
+            crosses_node=self.dp_cross,
+            alloc_bytes=full if keep else 0.0,
+            transient_bytes=staging + (0.0 if keep else prefetch * self.memory.unit_bytes(stage)),
+        )
+
+    def _tp_comm(self, rows: PassRows, after: int | None, stage: int, phase: str) -> int:
+        return rows.add(
+            after,
+            "tp_comm",
+            phase,
+            stage,
+            count=self.layers_per_stage,
+            message_bytes=self.c.boundary_bytes,
+            group=self.plan.tp,
+            crosses_node=self.tp_cross,
+        )

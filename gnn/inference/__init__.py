@@ -1,0 +1,1 @@
+"""The batched prediction path every consumer takes: BatchPredictor and its featurisation workers."""

@@ -1,0 +1,124 @@
+"""Batched prediction for plans: specs in, time / memory / fits / interval / breakdown out.
+
+The one path every consumer takes (evaluation, the MLflow pyfunc model, the CLI and HTTP service, the plan
+search): compile each plan's execution graph on the named hardware, simulate it for the physics features
+(gnn.inference.workers, on a process pool for large batches), and run the ensemble over the batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from collect.hardware.records import load_hardware
+from collect.schema import RunSpec
+from gnn.dataset.rows import row_to_spec
+from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
+from gnn.model import checkpoint
+from gnn.model.ensemble import Ensemble
+
+# a prediction's point values, 80% intervals and fit, in the order the service and the pyfunc model report them
+POINT_COLUMNS = (
+    "iter_time_s",
+    "iter_time_lo_s",
+    "iter_time_hi_s",
+    "peak_mem_bytes",
+    "peak_mem_lo_bytes",
+    "peak_mem_hi_bytes",
+    "fits",
+    "oom_prob",
+)
+
+
+class BatchPredictor:
+    """An ensemble ready to predict plans on any hardware record under ``hardware_dir``."""
+
+    def __init__(self, ensemble: Ensemble, hardware_dir: str | Path = "data/hardware", info: dict | None = None):
+        self.ensemble = ensemble.eval()
+        self.hardware_dir = str(hardware_dir)
+        self.info = info or {}  # which model: name, version, run id, validation metrics
+        self.__setstate__(self.__dict__)
+
+    def __getstate__(self):
+        # the worker pool does not travel with the model
+        return {k: v for k, v in self.__dict__.items() if k != "pool"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.pool = FeaturizerPool(self.hardware_dir)
+
+    def start_workers(self, workers: int | None = None) -> None:
+        """Start the featurisation processes now (FeaturizerPool.start_workers)."""
+        self.pool.start_workers(workers)
+
+    def warm_up(self) -> None:
+        """Featurise and predict one small plan in this process now (see warm_up_spec), so that the first
+        request does not pay for loading the compiled kernels."""
+        self.predict_columns([warm_up_spec()], WARM_UP_HARDWARE, workers=0)
+
+    @property
+    def workers_ready(self) -> int:
+        """Featurisation processes known to be up (they have run a task)."""
+        return self.pool.workers_ready
+
+    def featurize(
+        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
+    ):
+        """(graph, flat features) per spec. ``flags`` mark assumed fields (rows.py); user plans state everything.
+        ``workers``: featurisation processes, 0 to featurise inline, None for default_workers."""
+        workers = default_workers(len(specs)) if workers is None else workers
+        chunks = dict(self.pool.chunks(specs, hardware, flags, workers))
+        return [item for i in sorted(chunks) for item in chunks[i].items()]
+
+    def predict(
+        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
+    ) -> pd.DataFrame:
+        """One row per spec, in order: point predictions, 80% intervals, fits, and the simulator's breakdown."""
+        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers))
+
+    def predict_columns(
+        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
+        load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, in the caller, not in a worker
+        parts = {}
+        workers = default_workers(len(specs)) if workers is None else workers
+        with self.pool.forward_threads(workers):
+            for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
+                parts[index] = (self.ensemble.predict_packed(chunk.packed()), chunk)
+        parts = [parts[i] for i in sorted(parts)]
+        out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
+        capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
+        out["memory_bytes"] = capacity
+        out["fits"] = out["peak_mem_bytes"] <= capacity
+        sim = {
+            k: np.concatenate([chunk.column(k) for _, chunk in parts]) if parts else np.zeros(0)
+            for k in ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
+        }
+        # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
+        total = sim["sim_time_s"]
+        out["compute_frac"] = np.minimum(sim["sim_compute_s"] / total, 1.0)
+        out["bubble_frac"] = sim["sim_bubble_s"] / total
+        out["exposed_frac"] = sim["sim_exposed_s"] / total
+        out["comm_s_at_full_bandwidth"] = sim["sim_comm_s"]
+        return out
+
+    def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Predictions for rows in the data/runs format (each row names its hardware)."""
+        out = []
+        for hardware, group in rows.groupby(rows["fingerprint_id"].fillna("a100-80gb"), sort=False):
+            parsed = [row_to_spec(r) for r in group.to_dict("records")]
+            specs, flags = [p[0] for p in parsed], [p[2] for p in parsed]
+            out.append(self.predict(specs, hardware, flags).set_index(group.index))
+        return pd.concat(out).loc[rows.index] if out else pd.DataFrame()
+
+    def save(self, path: str | Path) -> None:
+        """Weights plus a JSON description (gnn.model.checkpoint): loading runs no code from the file."""
+        checkpoint.save(path, self.ensemble, self.info)
+
+    @classmethod
+    def load(cls, path: str | Path, hardware_dir: str | Path = "data/hardware") -> "BatchPredictor":
+        ensemble, info = checkpoint.load(path)
+        return cls(ensemble, hardware_dir, info)

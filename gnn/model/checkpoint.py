@@ -1,0 +1,72 @@
+"""A saved model is weights plus a JSON description, never pickled code.
+
+    save(path, ensemble, info)      # torch.save of tensors and strings only
+    ensemble, info = load(path)     # torch.load(weights_only=True), rebuilt from the description
+
+The description holds what rebuilds the network (each member's constructor
+arguments: dimensions, feature names, physics columns) and the ensemble's
+settings; the state dict holds everything learned or fitted (weights, input
+normalisation, the analytical base's coefficients, calibration factors and
+fallback limits). A file is data: loading one runs no code from it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from gnn.model.ensemble import Ensemble
+from gnn.model.inference_net import Member
+
+FORMAT = 1
+
+
+def describe(ensemble: Ensemble) -> dict:
+    members = [dict(m.hparams) if hasattr(m, "hparams") else dict(m.config) for m in ensemble.members]
+    return {
+        "format": FORMAT,
+        "members": [_plain(m) for m in members],
+        "ensemble": {
+            "coverage": ensemble.coverage,
+            "domain_column": ensemble.domain_column,
+            "aggregate": ensemble.aggregate,
+        },
+    }
+
+
+def build(description: dict) -> Ensemble:
+    return Ensemble([Member(**m) for m in description["members"]], **description["ensemble"])
+
+
+def save(path: str | Path, ensemble: Ensemble, info: dict) -> None:
+    torch.save(
+        {
+            "format": FORMAT,
+            "description": json.dumps(describe(ensemble)),
+            "info": json.dumps(_plain(info)),
+            "state_dict": ensemble.state_dict(),
+        },
+        path,
+    )
+
+
+def load(path: str | Path) -> tuple[Ensemble, dict]:
+    try:
+        blob = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
+        raise ValueError(
+            f"{path}: not a plansight model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+            "models saved as pickled modules are no longer read: train again (make train)"
+        ) from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a plansight model of format {FORMAT}")
+    ensemble = build(json.loads(blob["description"]))
+    ensemble.load_state_dict(blob["state_dict"])
+    return ensemble.eval(), json.loads(blob["info"])
+
+
+def _plain(value):
+    """JSON-ready: tuples as lists, numpy scalars as Python numbers."""
+    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else list(v)))

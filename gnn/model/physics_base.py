@@ -1,0 +1,58 @@
+"""The fitted analytical time model as a torch module: the base the network corrects.
+
+The raw simulator is a poor base for iteration time on some hardware (48% MAPE
+on the A100 rows, worse on unseen widths), because its absolute costs assume
+datasheet peak throughput. The analytical model (gnn.costs.efficiency) fits five
+non-negative efficiencies (compute, communication, pipeline bubble, per-layer
+launch overhead, constant) to the training rows and generalises to unseen
+shapes at 11-16%. Fitted per hardware domain on the training rows only, it
+gives the network a calibrated starting point, so the network learns what
+even the fitted physics misses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from gnn.costs.efficiency import relative_nnls, time_terms
+
+COLUMNS = (
+    "f_log_sim_compute",
+    "f_log_sim_comm",
+    "f_log2_pp",
+    "f_log2_num_microbatches",
+    "f_log2_virtual_stages",
+    "f_log_layers",
+    "f_cuda",
+)
+
+
+class AnalyticalTimeBase(nn.Module):
+    def __init__(self, feature_names: list[str]):
+        super().__init__()
+        self.index = [feature_names.index(c) for c in COLUMNS]
+        self.register_buffer("coef", torch.zeros(2, 5, dtype=torch.float64))  # [domain CPU / CUDA, term]
+
+    def fit(self, train: pd.DataFrame) -> None:
+        for domain in (0, 1):
+            rows = train[(train["f_cuda"] > 0.5) == bool(domain)]
+            if len(rows) >= 5:
+                coef = relative_nnls(time_terms(rows), rows["iter_time_s"].to_numpy())
+                self.coef[domain] = torch.from_numpy(np.asarray(coef, dtype=np.float64))
+        empty = self.coef.abs().sum(1) == 0
+        self.coef[empty] = self.coef[~empty].mean(0) if (~empty).any() else 0.0
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """Log of the fitted analytical iteration time, per graph."""
+        c = u[:, self.index].double()
+        compute, comm = torch.exp(c[:, 0]), torch.exp(c[:, 1])
+        pp, nmb, v = 2 ** c[:, 2], 2 ** c[:, 3], 2 ** c[:, 4]
+        layers = torch.exp(c[:, 5])
+        terms = torch.stack(
+            [compute, comm, compute * (pp - 1) / (nmb * v), layers * nmb / pp, torch.ones_like(compute)], 1
+        )
+        coef = self.coef[(c[:, 6] > 0.5).long()]
+        return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()

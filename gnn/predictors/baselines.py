@@ -1,0 +1,92 @@
+"""The baselines, each fit on a split's training rows of one hardware domain (gnn.predictors.base):
+
+- analytical: transformer formulas (FLOPs, collective volumes, activation and
+  state bytes) combined with efficiencies fitted by non-negative least squares
+  on relative error.
+- simulator: the critical-path simulator over the execution graph, with one
+  fitted scale for time and a scale plus offset for memory.
+- gbt: gradient-boosted trees on flat plan, workload and hardware features.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gnn.costs.efficiency import relative_nnls, time_terms
+from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_COLUMNS, Predictor, has_memory
+
+
+class AnalyticalPredictor(Predictor):
+    name = "analytical"
+
+    def fit(self, train, val=None):
+        self.time_coef = relative_nnls(time_terms(train), train["iter_time_s"].to_numpy())
+        mem = train[has_memory(train)]
+        self.mem_coef = None
+        if len(mem) >= 5:
+            self.mem_coef = relative_nnls(self._mem_terms(mem), mem["peak_mem_bytes"].to_numpy(dtype=float))
+        return self
+
+    @staticmethod
+    def _mem_terms(df: pd.DataFrame) -> np.ndarray:
+        # closed-form parameter, gradient, optimizer and activation accounting (gnn.costs.analytic)
+        return np.column_stack([np.exp(df["f_log_analytic_mem"]), np.ones(len(df))])
+
+    def predict(self, rows):
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = time_terms(rows) @ self.time_coef
+        out["pred_mem_bytes"] = self._mem_terms(rows) @ self.mem_coef if self.mem_coef is not None else np.nan
+        return out
+
+
+class SimulatorPredictor(Predictor):
+    name = "simulator"
+
+    def fit(self, train, val=None):
+        ratio = np.log(train["iter_time_s"]) - train["f_log_sim_time"]
+        self.time_scale = float(np.exp(np.median(ratio)))
+        mem = train[has_memory(train)]
+        self.mem_coef = None
+        if len(mem) >= 5:
+            design = np.column_stack([np.exp(mem["f_log_sim_mem"]), np.ones(len(mem))])
+            self.mem_coef = relative_nnls(design, mem["peak_mem_bytes"].to_numpy(dtype=float))
+        return self
+
+    def predict(self, rows):
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = self.time_scale * np.exp(rows["f_log_sim_time"])
+        out["pred_mem_bytes"] = (
+            np.column_stack([np.exp(rows["f_log_sim_mem"]), np.ones(len(rows))]) @ self.mem_coef
+            if self.mem_coef is not None
+            else np.nan
+        )
+        return out
+
+
+class GBTPredictor(Predictor):
+    name = "gbt"
+
+    @staticmethod
+    def _x(df: pd.DataFrame) -> np.ndarray:
+        cols = [c for c in df.columns if c.startswith(PLAN_FEATURES_PREFIX) and c not in SIM_COLUMNS]
+        return df[sorted(cols)].to_numpy(dtype=float)
+
+    def fit(self, train, val=None):
+        # lazy: only this baseline needs sklearn, which costs ~1.4 s to import
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        self.time_model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, random_state=0)
+        self.time_model.fit(self._x(train), np.log(train["iter_time_s"]))
+        mem = train[has_memory(train)]
+        self.mem_model = None
+        if len(mem) >= 20:
+            self.mem_model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, random_state=0)
+            self.mem_model.fit(self._x(mem), np.log(mem["peak_mem_bytes"].astype(float)))
+        return self
+
+    def predict(self, rows):
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = np.exp(self.time_model.predict(self._x(rows)))
+        out["pred_mem_bytes"] = np.exp(self.mem_model.predict(self._x(rows))) if self.mem_model else np.nan
+        return out

@@ -1,0 +1,88 @@
+"""The model registry and its champion policy: a new model is registered, and made champion, only if it beats
+the champion on the validation selection metric, re-scored under the current features when they changed.
+"""
+
+from __future__ import annotations
+
+import mlflow
+
+from gnn.inference.predictor import BatchPredictor
+from gnn.tracking.model_cache import cached_copy
+from gnn.tracking.scoring import ensemble_records, selection_value
+
+MODEL_NAME = "plansight"
+CHAMPION = "champion"
+
+
+def champion_metric(metric: str) -> float | None:
+    """The registered champion's value of ``metric``, or None if there is no champion."""
+    client = mlflow.MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        return None
+    return client.get_run(version.run_id).data.metrics.get(metric)
+
+
+def champion_selection_now(ds, parts: dict, split: str) -> float | None:
+    """The champion's validation selection metric under the current data and graph code (inf if it cannot read
+    the current graphs).
+
+    The recorded metric holds only while the features are computed as they were when the champion was
+    trained (``feature_version``, the dataset's cache key over data and graph code). After a change to the
+    graph code the champion is scored again on the same validation rows, so the comparison is like for like.
+    """
+    client = mlflow.MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        return None
+    try:  # a copy is kept after the first time (build/models), so this costs little
+        champion = load_registered(f"models:/{MODEL_NAME}@{CHAMPION}", f"{version.source}@{version.run_id}")
+    except ValueError:  # saved as pickled modules, before models were weights: unreadable now, so replaced
+        print(f"champion (version {version.version}) is in a format this code no longer reads; a new model replaces it")
+        return float("inf")
+    run = client.get_run(version.run_id)
+    if run.data.params.get("feature_version") == ds.key:
+        return run.data.metrics.get("val_selection")
+    if _input_dims(champion.ensemble) != (ds.num_node_features, ds[0].u.shape[1]):
+        # the graph's format changed (other features): this code can neither score nor serve it, so any model wins
+        print(f"champion (version {version.version}) reads another graph format; a new model replaces it")
+        return float("inf")
+    records, _ = ensemble_records(champion.ensemble, ds, parts, split, which=("val",))
+    value = selection_value(records)
+    print(
+        f"champion (version {version.version}) re-scored under the current features: {value:.4f} "
+        f"(recorded {run.data.metrics.get('val_selection', float('nan')):.4f})"
+    )
+    return value
+
+
+def load_registered(uri: str, resolved: str | None = None):
+    """The BatchPredictor of a logged model (models:/name@alias, models:/name/N, runs:/id/model), from its artifacts:
+    the weights file is loaded with weights_only and the pyfunc's pickle is never read. The artifacts are copied
+    once into build/models/<resolved> (``resolved``: what the URI names now, e.g. the logged model id of the
+    alias's version), so asking again costs no copy."""
+    local = cached_copy(uri, resolved)
+    return BatchPredictor.load(local / "artifacts" / "predictor.pt", local / "artifacts" / "hardware")
+
+
+def _input_dims(ensemble) -> tuple[int, int]:
+    model = ensemble.members[0].model
+    return model.node_norm.mean.numel(), model.global_norm.mean.numel()
+
+
+def register_if_better(
+    model_uri: str, metric: str, value: float, allow_equal: bool = False, current: float | None = None
+) -> bool:
+    """Register the model and make it champion only if it beats the current one (lower is better).
+
+    ``allow_equal``: a re-calibrated copy of the champion (same predictions, new intervals) may replace it.
+    ``current``: the champion's value if already known (re-scored), else its recorded ``metric``.
+    """
+    current = champion_metric(metric) if current is None else current
+    if current is not None and (value > current or (value == current and not allow_equal)):
+        return False
+    version = mlflow.register_model(model_uri, MODEL_NAME)
+    mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, CHAMPION, version.version)
+    return True

@@ -1,0 +1,118 @@
+"""A training run in MLflow: its parameters, metrics, plots and model. Embedded default: sqlite:///mlflow.db in
+the repo root.
+
+Set MLFLOW_TRACKING_URI to use a team server. Open the local UI with
+``.venv/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from gnn.dataset.features import EDGE_DIM, NODE_FEATURES
+from gnn.dataset.splits import SERVING_SPLIT
+from gnn.graph.table import EDGE_KINDS
+from gnn.inference.predictor import BatchPredictor
+from gnn.tracking.model_cache import tracking_uri
+from gnn.tracking.plots import scatter
+from gnn.tracking.pyfunc import log_model
+from gnn.tracking.registry import champion_selection_now, register_if_better
+from gnn.tracking.scoring import ensemble_records, metrics_of, selection_value
+
+
+def setup(experiment: str = "plansight") -> None:
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(experiment)
+
+
+def dataset_version(paths) -> str:
+    """Hash of the Parquet files a model was trained on."""
+    h = hashlib.sha256()
+    for p in sorted(map(Path, paths)):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def log_surrogate(
+    ensemble,
+    ds,
+    parts: dict,
+    split: str,
+    params: dict,
+    train_seconds: float,
+    register: bool | None = None,
+    recalibrated: bool = False,
+) -> str:
+    """One MLflow run: params, dataset version, metrics per part / domain / target, plots, tables, the model.
+
+    Registered (and aliased champion) only if it beats the champion on validation; by default only models
+    trained on the serving split compete, since another split's validation rows are not comparable.
+    """
+    register = split == SERVING_SPLIT if register is None else register
+    records, frames = ensemble_records(ensemble, ds, parts, split)
+    value = selection_value(records)
+    with mlflow.start_run(run_name=f"gnn {split}") as run, tempfile.TemporaryDirectory() as tmp:
+        mlflow.log_params(
+            {
+                **params,
+                "split": split,
+                "dataset_version": dataset_version(ds.runs),
+                "feature_version": ds.key,
+                **{f"n_{k}": len(v) for k, v in parts.items()},
+            }
+        )
+        mlflow.log_metrics(
+            {
+                **metrics_of(records),
+                "val_selection": value,
+                "train_seconds": train_seconds,
+                **{
+                    f"k_{d}_{t}": float(ensemble.k[i, j])
+                    for i, d in enumerate(("cpu", "cuda"))
+                    for j, t in enumerate(("time", "mem"))
+                },
+            }
+        )
+        for part, (rows, pred) in frames.items():
+            mlflow.log_artifact(str(scatter(rows, pred, f"{split} {part} rows", f"{tmp}/scatter_{part}.png")), "plots")
+        table = pd.DataFrame(records)
+        table.to_csv(f"{tmp}/errors.csv", index=False)
+        mlflow.log_artifact(f"{tmp}/errors.csv")
+        mlflow.log_text(table.to_markdown(index=False, floatfmt=".4f"), "errors.md")
+        mlflow.log_dict(
+            {
+                "node_features": list(NODE_FEATURES),
+                "edge_features": list(EDGE_KINDS),
+                "edge_dim": EDGE_DIM,
+                "graph_features": [c for c in ds.meta.columns if c.startswith("f_")],
+                "targets": ["log iter_time_s", "log peak_mem_bytes", "oom logit"],
+            },
+            "feature_schema.json",
+        )
+        predictor = BatchPredictor(
+            ensemble, ds.hardware_dir, {"run_id": run.info.run_id, "split": split, "val_selection": value}
+        )
+        info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
+        registered = register and register_if_better(
+            info.model_uri,
+            "val_selection",
+            value,
+            allow_equal=recalibrated,
+            current=champion_selection_now(ds, parts, split),
+        )
+    test_time = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "time"}
+    test_mem = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "memory"}
+    return (
+        f"{split}: validation selection metric {value:.4f}; test time MAPE "
+        + ", ".join(f"{d} {v:.1%}" for d, v in test_time.items())
+        + "; test memory MAPE "
+        + ", ".join(f"{d} {v:.1%}" for d, v in test_mem.items())
+        + f"; run {run.info.run_id}; "
+        + ("registered as champion" if registered else "not registered")
+    )

@@ -1,0 +1,76 @@
+"""The plan search from the shell: a SearchRequest file, or a workload and a cluster, to the table of the best plans.
+
+python -m serve search SEARCH.json [--plot out.png]
+python -m serve search --workload W.json --cluster a100-80gb [--nodes 2] [--objective pareto] [--trials 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from serve.api import load_predictor
+from serve.cli import RequestError, load_request
+from serve.schemas import SearchRequest
+from serve.search.plots import plot_search
+from serve.search.report import print_table
+from serve.search.study import DEFAULT_STORAGE, search
+
+
+def build_request(args) -> SearchRequest:
+    """From a SearchRequest file, or from --workload (JSON file or text) and --cluster (preset name or JSON)."""
+    if args.request:
+        return load_request(args.request, SearchRequest)
+    if not args.workload or not args.cluster:
+        raise RequestError("error: give a SEARCH.json, or --workload and --cluster")
+    workload = json.loads(Path(args.workload).read_text() if Path(args.workload).is_file() else args.workload)
+    cluster = (
+        json.loads(args.cluster)
+        if args.cluster.lstrip().startswith("{")
+        else {"preset": args.cluster, "nodes": args.nodes}
+    )
+    body = {
+        "workload": workload,
+        "cluster": cluster,
+        "objective": args.objective,
+        "trials": args.trials,
+        "sampler": args.sampler,
+    }
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"plansight-search-{os.getpid()}.json"
+    tmp.write_text(json.dumps(body))
+    try:
+        return load_request(str(tmp), SearchRequest)
+    finally:
+        tmp.unlink()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m serve search", description=__doc__.split("\n\n")[0])
+    parser.add_argument("request", nargs="?", help="SEARCH.json with a SearchRequest")
+    parser.add_argument("--workload", help="workload JSON (a file or inline) with its global_batch_size")
+    parser.add_argument("--cluster", help="a preset name (a100-80gb) or cluster JSON")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--objective", choices=["time", "pareto"], default="time")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument(
+        "--sampler",
+        choices=["auto", "optuna", "exhaustive"],
+        default="auto",
+        help="auto: every plan when the space has at most --trials plans, else Optuna",
+    )
+    parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
+    parser.add_argument("--storage", default=os.environ.get("OPTUNA_STORAGE", DEFAULT_STORAGE))
+    parser.add_argument("--plot", default=None, help="write the Pareto front (or the top plans) to this PNG")
+    args = parser.parse_args(argv)
+    request = build_request(args)
+    try:
+        predictor = load_predictor(args.model)
+    except ValueError as e:
+        raise RequestError(f"error: {e}") from None
+    response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
+    print_table(response)
+    if args.plot:
+        print(f"plot: {plot_search(response, args.plot)}")
