@@ -10,7 +10,7 @@ PORT   ?= 8000
 MODEL  ?= models:/plansight@champion
 WORKLOAD ?= experiments/requests/gpt-20l-1536.json
 CLUSTER  ?= a100-80gb
-.PHONY: help install test test-unit test-collect test-gnn test-serve collect dataset evaluate train tune bench \
+.PHONY: help install lint test test-unit test-collect test-gnn test-serve collect dataset evaluate train tune bench \
         serve search render demo clean
 
 help: ## list targets
@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+lint: install ## ruff: the checks and the formatting configured in pyproject.toml (tests/house runs them too)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 test: install ## run the whole test suite
 	$(PY) -m pytest tests -q
 
@@ -34,8 +38,8 @@ test-unit: install ## fast single-process tests only
 test-collect: install ## multi-rank collection tests (real gloo ranks)
 	$(PY) -m pytest tests -q -m distributed
 
-test-gnn: install ## execution graph, simulator, baselines and surrogate tests
-	$(PY) -m pytest tests/unit/test_graph.py tests/unit/test_simulate.py tests/unit/test_baselines.py tests/unit/test_surrogate.py -q
+test-gnn: install ## execution graph, simulator, baselines, the surrogate and its tracking
+	$(PY) -m pytest tests/gnn tests/model -q
 
 test-serve: install ## the HTTP service over real HTTP, the CLI and the plan search
 	$(PY) -m pytest tests/serve -q
@@ -56,7 +60,7 @@ tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.d
 	$(PY) -m gnn.tune --trials $${TRIALS:-20}
 
 bench: install ## inference speed of the champion (plans/s, graph building included)
-	$(PY) -m experiments.bench_inference
+	$(PY) -m experiments.bench.inference
 
 serve: install ## HTTP service on 127.0.0.1:$(PORT) for $(MODEL) (docs at /docs)
 	$(PY) -m serve serve --port $(PORT) --model $(MODEL)

@@ -1,4 +1,5 @@
 """Shared builders: tiny GPT specs that run in about a second on gloo ranks."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,14 +9,16 @@ from collect.schema import RunSpec
 TINY = dict(layers=4, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch_size=2)
 
 
-def tiny_spec(world_size: int | None = None, memory_bytes: int = 2**30, workload: dict | None = None,
-              **plan) -> RunSpec:
+def tiny_spec(
+    world_size: int | None = None, memory_bytes: int = 2**30, workload: dict | None = None, **plan
+) -> RunSpec:
     dp, nmb = plan.get("dp", 1), plan.get("num_microbatches", 1)
     w = {**TINY, **(workload or {})}
     w.setdefault("global_batch_size", dp * w["micro_batch_size"] * nmb)
     ws = world_size or dp * plan.get("tp", 1) * plan.get("pp", 1)
-    return RunSpec.model_validate({"workload": w, "plan": plan,
-                                   "cluster": {"devices_per_node": ws, "memory_bytes": memory_bytes}})
+    return RunSpec.model_validate(
+        {"workload": w, "plan": plan, "cluster": {"devices_per_node": ws, "memory_bytes": memory_bytes}}
+    )
 
 
 @pytest.fixture
@@ -28,7 +31,7 @@ def vtrain_dataset(tmp_path_factory):
     """The graph dataset over the shipped vTrain rows, built once into a temporary cache."""
     from pathlib import Path
 
-    from gnn.dataset import PlanGraphs
+    from gnn.dataset.graphs import PlanGraphs
 
     repo = Path(__file__).resolve().parents[1]
     root = tmp_path_factory.mktemp("data")

@@ -1,9 +1,10 @@
 """The block profile on real gloo ranks: every block and wrapper the cost model reads, and the concurrency points."""
+
 import pytest
 
-from collect.blocks import LAYER_VARIANTS, OPTIMIZER_VARIANTS
-from collect.pool import LocalPool
-from gnn.block_model import BlockModel
+from collect.launch.pool import LocalPool
+from collect.measure.blocks import LAYER_VARIANTS, OPTIMIZER_VARIANTS
+from gnn.costs.blocks import BlockModel
 
 pytestmark = pytest.mark.distributed
 GRID = [(64, 32, 1), (128, 32, 2)]  # two sizes: seconds, not the default grid's 40
@@ -14,12 +15,14 @@ def test_one_rank_profile_has_every_block_and_wrapper_and_fits():
         points = pool.fingerprint(max_bytes=1024, repeats=3, block_grid=GRID)
     blocks = [p for p in points if p["kind"] == "block"]
     assert {(p["block"], p["variant"]) for p in blocks} == (
-        {(b, "plain") for b in ("attn", "mlp", "embed", "head")} | {("layer", v) for v in LAYER_VARIANTS})
+        {(b, "plain") for b in ("attn", "mlp", "embed", "head")} | {("layer", v) for v in LAYER_VARIANTS}
+    )
     assert len(blocks) == len(GRID) * (4 + len(LAYER_VARIANTS))
     assert all(p["forward_s"] > 0 and p["backward_s"] >= 0 for p in blocks)
     optimizer = [p for p in points if p["kind"] == "optimizer"]
-    assert {(p["variant"], p["part"]) for p in optimizer} == {(v, part) for v in OPTIMIZER_VARIANTS
-                                                              for part in ("layer", "ends")}
+    assert {(p["variant"], p["part"]) for p in optimizer} == {
+        (v, part) for v in OPTIMIZER_VARIANTS for part in ("layer", "ends")
+    }
     # a layer: two norms, four attention and two MLP linears, each a weight and a bias
     assert {p["tensors"] for p in optimizer if p["part"] == "layer"} == {16}
     model = BlockModel(points)

@@ -1,4 +1,5 @@
 """`python -m collect measure SPEC.json` end to end, and its error messages."""
+
 import json
 import subprocess
 import sys
@@ -11,14 +12,27 @@ pytestmark = pytest.mark.distributed
 def _run(tmp_path, spec: dict):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    return subprocess.run([sys.executable, "-m", "collect", "measure", str(path), "--iters", "2", "--warmup", "0"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "collect", "measure", str(path), "--iters", "2", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-SPEC = {"workload": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 128,
-                     "micro_batch_size": 2, "global_batch_size": 4},
-        "plan": {"dp": 2, "sharding": "fsdp_full"},
-        "cluster": {"nodes": 1, "devices_per_node": 2, "device": "cpu", "memory_bytes": 2**30, "backend": "gloo"}}
+SPEC = {
+    "workload": {
+        "layers": 2,
+        "hidden": 64,
+        "heads": 4,
+        "seq_len": 16,
+        "vocab": 128,
+        "micro_batch_size": 2,
+        "global_batch_size": 4,
+    },
+    "plan": {"dp": 2, "sharding": "fsdp_full"},
+    "cluster": {"nodes": 1, "devices_per_node": 2, "device": "cpu", "memory_bytes": 2**30, "backend": "gloo"},
+}
 
 
 def test_measure_prints_the_row_as_json(tmp_path):

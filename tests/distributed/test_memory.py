@@ -1,4 +1,5 @@
 """The CPU peak-memory measure against cases with known sizes."""
+
 import subprocess
 import sys
 import threading
@@ -6,9 +7,9 @@ import threading
 import pytest
 import torch
 
-from collect.measure import MeasureSettings
-from collect.memory import PeakMemory
-from collect.pool import LocalPool
+from collect.launch.pool import LocalPool
+from collect.measure.memory import PeakMemory
+from collect.measure.plan import MeasureSettings
 from tests.conftest import tiny_spec
 
 MiB = 2**20

@@ -1,8 +1,9 @@
 """Failures are data: oom labels, errors and hangs are recorded and the pool carries on."""
+
 import pytest
 
-from collect.measure import MeasureSettings
-from collect.pool import LocalPool
+from collect.launch.pool import LocalPool
+from collect.measure.plan import MeasureSettings
 from collect.schema import RunSpec
 from tests.conftest import tiny_spec
 
@@ -23,8 +24,11 @@ def test_pool_recovers_after_failing_and_hung_plans():
     good = tiny_spec(dp=2)
     # Bypass validation the way a corrupted task would: 3 heads cannot split over tp=2,
     # so every rank fails inside the worker and the pool must restart.
-    bad = RunSpec.model_construct(workload=good.workload.model_copy(update={"heads": 3, "hidden": 63}),
-                                  plan=good.plan.model_copy(update={"dp": 1, "tp": 2}), cluster=good.cluster)
+    bad = RunSpec.model_construct(
+        workload=good.workload.model_copy(update={"heads": 3, "hidden": 63}),
+        plan=good.plan.model_copy(update={"dp": 1, "tp": 2}),
+        cluster=good.cluster,
+    )
     with LocalPool(2, SETTINGS, deadline_s=120) as pool:
         assert pool.run(good).status == "ok"
         failed = pool.run(bad)

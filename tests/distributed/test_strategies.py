@@ -1,10 +1,11 @@
 """Every strategy family really runs on gloo ranks and reports finite time and sane memory."""
+
 import math
 
 import pytest
 
-from collect.measure import MeasureSettings
-from collect.pool import LocalPool
+from collect.launch.pool import LocalPool
+from collect.measure.plan import MeasureSettings
 from tests.conftest import tiny_spec
 
 pytestmark = pytest.mark.distributed
@@ -27,8 +28,15 @@ FOUR_RANK_PLANS = {
     "dp_tp_fsdp": dict(dp=2, tp=2, sharding="fsdp_full"),
     "pp_dp_ddp": dict(pp=2, dp=2, num_microbatches=2),
     "pp_dp_zero1": dict(pp=2, dp=2, sharding="zero1", num_microbatches=2),
-    "pp_tp_interleaved_recompute": dict(pp=2, tp=2, pp_schedule="interleaved_1f1b", virtual_stages=2,
-                                        num_microbatches=2, recompute="full", sequence_parallel=True),
+    "pp_tp_interleaved_recompute": dict(
+        pp=2,
+        tp=2,
+        pp_schedule="interleaved_1f1b",
+        virtual_stages=2,
+        num_microbatches=2,
+        recompute="full",
+        sequence_parallel=True,
+    ),
 }
 
 
@@ -47,8 +55,10 @@ def _check(result, spec):
     model_bytes = 4 * spec.workload.num_params
     assert min(result.peak_mem_bytes_per_rank) >= model_bytes / spec.cluster.world_size
     assert result.peak_mem_bytes <= 100 * 4 * model_bytes
-    print(f"{spec.plan.model_dump(exclude_defaults=True)}: {result.iter_time_s * 1e3:.1f} ms, "
-          f"peak {result.peak_mem_bytes / 2**20:.2f} MiB")
+    print(
+        f"{spec.plan.model_dump(exclude_defaults=True)}: {result.iter_time_s * 1e3:.1f} ms, "
+        f"peak {result.peak_mem_bytes / 2**20:.2f} MiB"
+    )
 
 
 @pytest.mark.parametrize("name", TWO_RANK_PLANS)
@@ -83,8 +93,9 @@ def test_three_d_plan_on_eight_ranks():
         _check(pool.run(spec), spec)
 
 
-@pytest.mark.parametrize("sharding,tolerance", [("none", 0.05), ("zero1", 0.05), ("fsdp_grad_op", 0.2),
-                                                ("fsdp_full", 0.2)])
+@pytest.mark.parametrize(
+    "sharding,tolerance", [("none", 0.05), ("zero1", 0.05), ("fsdp_grad_op", 0.2), ("fsdp_full", 0.2)]
+)
 def test_simulated_peak_matches_two_rank_measurement(pools, sharding, tolerance):
     """The execution graph's memory model against the measured peak of each data-parallel family on 2 ranks.
 
@@ -92,8 +103,8 @@ def test_simulated_peak_matches_two_rank_measurement(pools, sharding, tolerance)
     full 43-49 MB), hence the wider bound. Simulated: 70.7, 57.0, 43.0 and 42.7 MB. Before DDP's gradient
     buckets, FSDP2's kept and prefetched blocks and gradients written during the backward were modelled, it
     simulated 61.7, 46.4, 32.7 and 35.9 MB."""
-    from gnn.hardware_model import hardware_model
-    from gnn.truncate import simulate_plan
+    from gnn.costs.hardware import hardware_model
+    from gnn.sim.truncate import simulate_plan
 
     wide = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 32, "vocab": 512, "micro_batch_size": 2}
     spec = tiny_spec(dp=2, sharding=sharding, workload=wide)

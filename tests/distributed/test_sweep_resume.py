@@ -1,4 +1,5 @@
 """A sweep killed mid-way resumes with no duplicate and no lost rows."""
+
 import os
 import signal
 import subprocess
@@ -15,17 +16,33 @@ from collect.sweep import SweepSpec, measurement_id, schedule_measurements
 pytestmark = pytest.mark.distributed
 
 SWEEP = {
-    "name": "resume-test", "shapes": [{"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}],
-    "world_sizes": [1, 2], "micro_batch_sizes": [1], "num_microbatches": [1, 2], "sampler": "random",
-    "num_points": 8, "repeat_fraction": 0.25, "reference_every": 4, "deadline_s": 60,
+    "name": "resume-test",
+    "shapes": [{"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}],
+    "world_sizes": [1, 2],
+    "micro_batch_sizes": [1],
+    "num_microbatches": [1, 2],
+    "sampler": "random",
+    "num_points": 8,
+    "repeat_fraction": 0.25,
+    "reference_every": 4,
+    "deadline_s": 60,
     "measure": {"warmup_iters": 0, "timed_iters": 1, "memory_window_iters": 1},
     "profile_blocks": False,  # a minute per session; nothing models these rows (tests/distributed/test_blocks.py)
 }
 
 
 def _start(tmp_path: Path, sweep_path: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "collect", "sweep", str(sweep_path),
-           "--out", str(tmp_path / "runs"), "--hardware", str(tmp_path / "hw")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "collect",
+        "sweep",
+        str(sweep_path),
+        "--out",
+        str(tmp_path / "runs"),
+        "--hardware",
+        str(tmp_path / "hw"),
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -76,4 +93,3 @@ def test_a_second_sweep_on_the_same_output_is_refused(tmp_path):
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-

@@ -1,4 +1,5 @@
 """The cluster path: the same `python -m collect sweep` under torchrun (gloo here, NCCL on GPUs)."""
+
 import subprocess
 import sys
 
@@ -9,14 +10,33 @@ from collect.store import ResultStore
 
 pytestmark = pytest.mark.distributed
 
-SWEEP = {"name": "torchrun-test", "shapes": [{"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}],
-         "world_sizes": [1, 2], "micro_batch_sizes": [1], "num_microbatches": [1, 2], "num_points": 6,
-         "repeat_fraction": 0, "measure": {"warmup_iters": 0, "timed_iters": 2}}
+SWEEP = {
+    "name": "torchrun-test",
+    "shapes": [{"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}],
+    "world_sizes": [1, 2],
+    "micro_batch_sizes": [1],
+    "num_microbatches": [1, 2],
+    "num_points": 6,
+    "repeat_fraction": 0,
+    "measure": {"warmup_iters": 0, "timed_iters": 2},
+}
 
 
 def _torchrun(tmp_path, extra=()):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "collect", "sweep",
-           str(tmp_path / "sweep.yaml"), "--out", str(tmp_path / "runs"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "collect",
+        "sweep",
+        str(tmp_path / "sweep.yaml"),
+        "--out",
+        str(tmp_path / "runs"),
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

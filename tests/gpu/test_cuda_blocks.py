@@ -1,11 +1,12 @@
 """The block profile's CUDA branch (synchronised timing, the GPU grid); skipped on machines without CUDA."""
+
 import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from collect.blocks import measure_block_profile
+from collect.measure.blocks import measure_block_profile
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

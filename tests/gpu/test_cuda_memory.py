@@ -1,8 +1,9 @@
 """The CUDA branch of the memory measure; skipped on machines without CUDA."""
+
 import pytest
 import torch
 
-from collect.memory import PeakMemory
+from collect.measure.memory import PeakMemory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -1,4 +1,5 @@
 """A small trained predictor on the shipped A100 rows, saved to disk, and a real server process over it."""
+
 import socket
 import subprocess
 import sys
@@ -8,13 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from gnn.predictor import Predictor
-from gnn.splits import named_splits
-from gnn.train import TrainConfig, train_ensemble
+from gnn.dataset.splits import named_splits
+from gnn.inference.predictor import BatchPredictor
+from gnn.predictors.surrogate import TrainConfig, train_ensemble
 
 REPO = Path(__file__).resolve().parents[2]
-WORKLOAD = {"layers": 12, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 51200, "micro_batch_size": 1,
-            "global_batch_size": 16, "dtype": "bfloat16"}
+WORKLOAD = {
+    "layers": 12,
+    "hidden": 1024,
+    "heads": 16,
+    "seq_len": 1024,
+    "vocab": 51200,
+    "micro_batch_size": 1,
+    "global_batch_size": 16,
+    "dtype": "bfloat16",
+}
 CLUSTER = {"preset": "a100-80gb", "devices_per_node": 4}
 
 
@@ -25,13 +34,13 @@ def predictor_path(vtrain_dataset, tmp_path_factory) -> Path:
     cfg = TrainConfig(max_epochs=4, hidden=16, num_layers=2, batch_size=32, members=2)
     ensemble = train_ensemble(vtrain_dataset, small, cfg, progress=False)
     path = tmp_path_factory.mktemp("model") / "predictor.pt"
-    Predictor(ensemble, REPO / "data" / "hardware", {"name": "test-model", "split": "a100/random"}).save(path)
+    BatchPredictor(ensemble, REPO / "data" / "hardware", {"name": "test-model", "split": "a100/random"}).save(path)
     return path
 
 
 @pytest.fixture(scope="session")
-def predictor(predictor_path) -> Predictor:
-    return Predictor.load(predictor_path, REPO / "data" / "hardware")
+def predictor(predictor_path) -> BatchPredictor:
+    return BatchPredictor.load(predictor_path, REPO / "data" / "hardware")
 
 
 def _free_port() -> int:
@@ -48,9 +57,24 @@ def start_server(predictor_path: Path):
     port = _free_port()
     # a file, not a pipe: nobody reads a pipe while the tests run, and a full one would block the server
     log = tempfile.NamedTemporaryFile("w+", prefix="plansight-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "serve", "serve", "--port", str(port), "--model", str(predictor_path),
-                             "--client-timeout", str(CLIENT_TIMEOUT_S)],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "serve",
+            "serve",
+            "--port",
+            str(port),
+            "--model",
+            str(predictor_path),
+            "--client-timeout",
+            str(CLIENT_TIMEOUT_S),
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     from serve.client import Client
 
     client = Client(f"http://127.0.0.1:{port}")
@@ -59,10 +83,10 @@ def start_server(predictor_path: Path):
         try:
             client.health()
             break
-        except OSError:
+        except OSError as e:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server did not start:\n{Path(log.name).read_text()}")
+                raise RuntimeError(f"server did not start:\n{Path(log.name).read_text()}") from e
             time.sleep(0.3)
     return proc, client
 

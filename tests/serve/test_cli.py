@@ -1,4 +1,5 @@
 """`python -m serve predict SPEC.json` as a user runs it: JSON out in plan order, clear errors on bad input."""
+
 import json
 import subprocess
 import sys
@@ -23,8 +24,14 @@ def test_predict_prints_predictions_in_plan_order(predictor_path, predictor, tmp
     from collect.schema import Plan, RunSpec, Workload
     from serve.schemas import ClusterSpec
 
-    direct = predictor.predict([RunSpec.model_construct(workload=Workload(**WORKLOAD), plan=Plan(**PLANS[1]),
-                                                        cluster=ClusterSpec(**CLUSTER).cluster())], "a100-80gb")
+    direct = predictor.predict(
+        [
+            RunSpec.model_construct(
+                workload=Workload(**WORKLOAD), plan=Plan(**PLANS[1]), cluster=ClusterSpec(**CLUSTER).cluster()
+            )
+        ],
+        "a100-80gb",
+    )
     assert abs(p["iter_time_s"] / direct["iter_time_s"].iloc[0] - 1) < 1e-5
 
 
@@ -38,15 +45,22 @@ def test_bad_spec_exits_2_naming_the_field(predictor_path, tmp_path):
 
 
 def test_a_prediction_imports_only_what_it_needs(predictor_path, tmp_path):
-    """What makes `serve predict` cost about two `import torch` (experiments/bench_cli.py times it): none of
+    """What makes `serve predict` cost about two `import torch` (experiments/bench/cli.py times it): none of
     PyG (2.6 s: it imports torch._dynamo), Lightning, sklearn, scipy.optimize, MLflow (for a model file) or the
     measurement pool is imported to answer. Checked by name, not by the clock."""
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": PLANS[:1]}))
-    probe = ("import sys\nfrom serve.cli import main\nmain(['predict', sys.argv[1], '--model', sys.argv[2]])\n"
-             "heavy = ['torch_geometric', 'lightning', 'sklearn', 'scipy.optimize', 'mlflow', 'collect.pool']\n"
-             "print('LOADED', [m for m in heavy if m in sys.modules])\n")
-    out = subprocess.run([sys.executable, "-c", probe, str(spec), str(predictor_path)], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    probe = (
+        "import sys\nfrom serve.cli import main\nmain([sys.argv[1], '--model', sys.argv[2]])\n"
+        "heavy = ['torch_geometric', 'lightning', 'sklearn', 'scipy.optimize', 'mlflow', 'collect.launch.pool']\n"
+        "print('LOADED', [m for m in heavy if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(spec), str(predictor_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout

@@ -1,6 +1,7 @@
 """The service against a hostile client, over real HTTP on loopback: malformed fields, bodies that lie about
 their size or stall, work without bound, clients that hang up, SIGTERM mid-search, and a schema-driven fuzzer.
 Every answer is a 4xx naming the field and the rule, never a 5xx, and the server stays up."""
+
 import http.client
 import json
 import math
@@ -19,8 +20,11 @@ from tests.serve.conftest import CLIENT_TIMEOUT_S, CLUSTER, WORKLOAD, start_serv
 
 PLAN = {"dp": 4, "num_microbatches": 4}
 FUZZ_CASES = 600
-BIG_SEARCH = {"workload": {**WORKLOAD, "layers": 32, "global_batch_size": 4096},
-              "cluster": {"preset": "h100-80gb", "nodes": 2048}, "trials": 5000}
+BIG_SEARCH = {
+    "workload": {**WORKLOAD, "layers": 32, "global_batch_size": 4096},
+    "cluster": {"preset": "h100-80gb", "nodes": 2048},
+    "trials": 5000,
+}
 
 
 def _post_raw(server, path: str, data: bytes) -> tuple[int, bytes]:
@@ -46,16 +50,18 @@ def _socket(server) -> socket.socket:
 
 @pytest.mark.parametrize("value", ["two", None, [2], {"pp": 2}, 2.5, True, -3, 10**30])
 def test_a_degree_of_any_wrong_type_is_422_naming_it(server, value):
-    status, body = _post(server, "/predict", {"workload": WORKLOAD, "cluster": CLUSTER,
-                                             "plans": [{**PLAN, "dp": 1, "pp": value}]})
+    status, body = _post(
+        server, "/predict", {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [{**PLAN, "dp": 1, "pp": value}]}
+    )
     assert status == 422, body
     assert ["body", "plans", 0, "pp"] in [e["loc"] for e in body["detail"]] or "plan.pp" in json.dumps(body)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_nan_and_infinity_are_422_and_the_answer_is_valid_json(server, value):
-    status, body = _post(server, "/predict", {"workload": {**WORKLOAD, "layers": value}, "cluster": CLUSTER,
-                                             "plans": [PLAN]})
+    status, body = _post(
+        server, "/predict", {"workload": {**WORKLOAD, "layers": value}, "cluster": CLUSTER, "plans": [PLAN]}
+    )
     assert status == 422 and body["detail"][0]["loc"] == ["body", "workload", "layers"]
 
 
@@ -68,9 +74,15 @@ def test_an_unknown_fingerprint_is_422_naming_where_fingerprints_are_looked_up(s
         assert name in detail and "/work" not in detail and "/tmp" not in detail  # no server paths
 
 
-@pytest.mark.parametrize("extra, field", [({"micro_batch_sizes": [0]}, "micro_batch_sizes"),
-                                          ({"micro_batch_sizes": [-1]}, "micro_batch_sizes"),
-                                          ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed")])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ({"micro_batch_sizes": [0]}, "micro_batch_sizes"),
+        ({"micro_batch_sizes": [-1]}, "micro_batch_sizes"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**32}, "seed"),
+    ],
+)
 def test_bad_search_options_are_422(server, extra, field):
     status, body = _post(server, "/search", {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 5, **extra})
     assert status == 422 and body["detail"][0]["loc"][:2] == ["body", field]
@@ -78,23 +90,28 @@ def test_bad_search_options_are_422(server, extra, field):
 
 def test_a_422_names_the_field_and_rule_without_echoing_the_body(server):
     plans = [PLAN] * 9_000 + [{"dp": 4, "num_microbatches": 3}]
-    status, payload = _post_raw(server, "/predict", json.dumps({"workload": WORKLOAD, "cluster": CLUSTER,
-                                                               "plans": plans}).encode())
+    status, payload = _post_raw(
+        server, "/predict", json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": plans}).encode()
+    )
     assert status == 422 and b"plans[9000]" in payload and len(payload) < 2_000
 
 
 def test_a_plan_past_the_work_limits_is_refused_at_once(server):
     workload = {**WORKLOAD, "layers": 1024, "global_batch_size": 1024}
     cluster = {"preset": "a100-80gb", "nodes": 128}
-    status, body = _post(server, "/predict", {"workload": workload, "cluster": cluster,
-                                             "plans": [{"pp": 1024, "num_microbatches": 1024}]})
+    status, body = _post(
+        server,
+        "/predict",
+        {"workload": workload, "cluster": cluster, "plans": [{"pp": 1024, "num_microbatches": 1024}]},
+    )
     assert status == 422 and "1024 pipeline stages is over the limit of 256" in json.dumps(body)
 
 
 def test_a_chunked_body_is_counted_as_it_arrives(server):
     sock = _socket(server)
-    sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")
+    sock.sendall(
+        b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     chunk, sent = b"[" * 2**16, 0
     try:
         while sent < 24 * 2**20:
@@ -107,9 +124,14 @@ def test_a_chunked_body_is_counted_as_it_arrives(server):
     assert server.health()["status"] == "ok"
 
 
-@pytest.mark.parametrize("request_bytes", [b"POST /predict HTTP/1.1\r\nHost: x\r\n",  # headers never finish
-                                           b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"wo",
-                                           b""])  # connects, sends nothing
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /predict HTTP/1.1\r\nHost: x\r\n",  # headers never finish
+        b'POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"wo',
+        b"",
+    ],
+)  # connects, sends nothing
 def test_a_stalled_connection_is_closed(server, request_bytes):
     sock = _socket(server)
     sock.sendall(request_bytes)
@@ -124,8 +146,10 @@ def test_a_stalled_connection_is_closed(server, request_bytes):
 def _search_in_flight(server, body: dict) -> socket.socket:
     data = json.dumps(body).encode()
     sock = _socket(server)
-    sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    sock.sendall(
+        b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
     deadline = time.monotonic() + 60
     while server.health()["searches_in_flight"] == 0:
         assert time.monotonic() < deadline, "the search never started"
@@ -155,8 +179,28 @@ def test_sigterm_stops_the_server_mid_search(predictor_path):
 
 # --- the fuzzer: every field the OpenAPI schema names, given values of every wrong kind ----------------------
 
-WRONG_VALUES = ["", "x" * 10_000, "\udcff", None, True, -1, 0, 2**63, 10**40, 1.5, -0.0, math.nan, math.inf,
-                [], [1, "a"], {}, {"a": {"b": {"c": []}}}, "1e400", "\u0000", [[[[[[[[[[[]]]]]]]]]]]]
+WRONG_VALUES = [
+    "",
+    "x" * 10_000,
+    "\udcff",
+    None,
+    True,
+    -1,
+    0,
+    2**63,
+    10**40,
+    1.5,
+    -0.0,
+    math.nan,
+    math.inf,
+    [],
+    [1, "a"],
+    {},
+    {"a": {"b": {"c": []}}},
+    "1e400",
+    "\u0000",
+    [[[[[[[[[[[]]]]]]]]]]],
+]
 
 
 def _fields(schema: dict, components: dict, path: tuple = (), depth: int = 0):
@@ -193,10 +237,15 @@ def _set(body, path: tuple, value, delete: bool = False):
 
 def _cases(openapi: dict, rng: random.Random):
     components = openapi["components"]["schemas"]
-    valid = {"/predict": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN]},
-             "/search": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3}}
-    targets = {path: list(_fields(ops["post"]["requestBody"]["content"]["application/json"]["schema"], components))
-               for path, ops in openapi["paths"].items() if "post" in ops}
+    valid = {
+        "/predict": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN]},
+        "/search": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3},
+    }
+    targets = {
+        path: list(_fields(ops["post"]["requestBody"]["content"]["application/json"]["schema"], components))
+        for path, ops in openapi["paths"].items()
+        if "post" in ops
+    }
     assert set(targets) == set(valid) and all(targets.values())
     for _ in range(FUZZ_CASES):
         path = rng.choice(sorted(targets))

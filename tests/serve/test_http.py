@@ -1,4 +1,5 @@
 """The service over real HTTP: every endpoint, bad inputs, oversize requests, and that it survives them."""
+
 import json
 import urllib.request
 
@@ -7,8 +8,11 @@ import pytest
 from serve.client import PlansightError
 from tests.serve.conftest import CLUSTER, WORKLOAD
 
-PLANS = [{"dp": 4, "num_microbatches": 4}, {"dp": 2, "tp": 2, "num_microbatches": 8, "sharding": "fsdp_grad_op"},
-         {"dp": 1, "pp": 4, "num_microbatches": 16, "pp_schedule": "1f1b"}]
+PLANS = [
+    {"dp": 4, "num_microbatches": 4},
+    {"dp": 2, "tp": 2, "num_microbatches": 8, "sharding": "fsdp_grad_op"},
+    {"dp": 1, "pp": 4, "num_microbatches": 16, "pp_schedule": "1f1b"},
+]
 
 
 def test_health_and_model(server):
@@ -47,15 +51,27 @@ def test_invalid_plan_is_422_naming_the_field_and_rule(server):
     assert "plans[1]" in str(e.value.detail) and "global_batch_size" in str(e.value.detail)
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"workload": {**WORKLOAD, "heads": 0}, "cluster": CLUSTER, "plans": PLANS}, "heads"),
-    ({"workload": WORKLOAD, "cluster": {"preset": "tpu-v9"}, "plans": PLANS}, "tpu-v9"),
-    ({"workload": WORKLOAD, "cluster": CLUSTER, "plans": [{"dp": 4, "num_microbatches": 4, "shardin": "none"}]}, "shardin"),
-    ({"workload": WORKLOAD, "cluster": CLUSTER, "plans": []}, "plans"),
-    ({"workload": {**WORKLOAD, "layers": 10**6, "hidden": 10**5, "heads": 100}, "cluster": CLUSTER, "plans": PLANS},
-     "parameters is over the limit"),
-    ({"workload": WORKLOAD, "cluster": {"preset": "a100-80gb", "nodes": 10**4}, "plans": PLANS}, "over the limit"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"workload": {**WORKLOAD, "heads": 0}, "cluster": CLUSTER, "plans": PLANS}, "heads"),
+        ({"workload": WORKLOAD, "cluster": {"preset": "tpu-v9"}, "plans": PLANS}, "tpu-v9"),
+        (
+            {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [{"dp": 4, "num_microbatches": 4, "shardin": "none"}]},
+            "shardin",
+        ),
+        ({"workload": WORKLOAD, "cluster": CLUSTER, "plans": []}, "plans"),
+        (
+            {
+                "workload": {**WORKLOAD, "layers": 10**6, "hidden": 10**5, "heads": 100},
+                "cluster": CLUSTER,
+                "plans": PLANS,
+            },
+            "parameters is over the limit",
+        ),
+        ({"workload": WORKLOAD, "cluster": {"preset": "a100-80gb", "nodes": 10**4}, "plans": PLANS}, "over the limit"),
+    ],
+)
 def test_bad_requests_get_clear_4xx(server, body, field):
     with pytest.raises(PlansightError) as e:
         server._call("POST", "/predict", body)
@@ -84,8 +100,9 @@ def test_too_many_plans_and_oversize_bodies_are_refused(server):
 
 
 def test_malformed_json_is_422_and_the_server_survives(server):
-    req = urllib.request.Request(server.base_url + "/predict", data=b'{"workload": ', method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.base_url + "/predict", data=b'{"workload": ', method="POST", headers={"Content-Type": "application/json"}
+    )
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 422

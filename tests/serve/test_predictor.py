@@ -1,13 +1,14 @@
 """The batched predictor: featurisation workers (with the caller featurising chunks itself whenever the worker
 is behind) give exactly what featurising inline gives, in plan order."""
+
 import numpy as np
 import torch
 
-from gnn.dataset import featurize_spec
-from gnn.hardware_model import hardware_model
-from gnn.predictor import CHUNK, KNOWN
+from gnn.costs.hardware import hardware_model
+from gnn.dataset.graphs import featurize_spec
+from gnn.inference.workers import CHUNK, KNOWN
 from serve.schemas import SearchRequest
-from serve.search import space_of
+from serve.search.study import space_of
 from tests.serve.conftest import CLUSTER, REPO, WORKLOAD
 
 
@@ -40,7 +41,7 @@ def test_featurize_returns_each_plans_own_graph_in_order(predictor):
 def test_chunks_are_handed_out_from_both_ends_each_exactly_once():
     import threading
 
-    from gnn.predictor import _Ends
+    from gnn.inference.workers import _Ends
 
     ends, taken = _Ends(1000), {"front": [], "back": []}
 
@@ -64,7 +65,7 @@ def test_a_failing_chunk_raises_in_the_caller_and_the_workers_stay_usable(predic
     specs = _specs(2 * CHUNK + 1)
     broken = specs[CHUNK + 3].model_copy(update={"workload": specs[0].workload.model_copy(update={"heads": 0})})
     with pytest.raises(ValueError, match="math domain error"):  # heads 0, which no schema passes, in chunk 2
-        predictor.predict_columns(specs[:CHUNK + 3] + [broken] + specs[CHUNK + 4:], "a100-80gb", workers=1)
+        predictor.predict_columns(specs[: CHUNK + 3] + [broken] + specs[CHUNK + 4 :], "a100-80gb", workers=1)
     again = predictor.predict_columns(specs, "a100-80gb", workers=1)
     assert np.isfinite(again["iter_time_s"]).all()
 
@@ -84,13 +85,15 @@ def test_workers_end_when_the_process_that_started_them_is_killed(predictor_path
     import sys
     import time
 
-    script = ("import os, signal\n"
-              "from gnn.predictor import Predictor\n"
-              "if __name__ == '__main__':  # forkserver workers import this file again\n"
-              f"    p = Predictor.load({str(predictor_path)!r})\n"
-              "    p.start_workers(1)\n"
-              "    print(*p._pool._processes, flush=True)\n"
-              "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    script = (
+        "import os, signal\n"
+        "from gnn.inference.predictor import BatchPredictor\n"
+        "if __name__ == '__main__':  # forkserver workers import this file again\n"
+        f"    p = BatchPredictor.load({str(predictor_path)!r})\n"
+        "    p.start_workers(1)\n"
+        "    print(*p.pool._pool._processes, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     path = predictor_path.parent / "start_and_die.py"
     path.write_text(script)
     out = subprocess.run([sys.executable, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,5 @@
 """Plan search through the surrogate, checked against exhaustive enumeration of a small space."""
+
 import json
 import math
 
@@ -6,15 +7,16 @@ import optuna
 import pytest
 
 from serve.schemas import SearchRequest
-from serve.search import exhaustive, feasible_trials, params_of, run_search, search, space_of, suggest
+from serve.search.study import exhaustive, feasible_trials, params_of, run_search, search, space_of, suggest
 from tests.serve.conftest import CLUSTER, WORKLOAD
 
 
 @pytest.fixture(scope="module")
 def request_small():
     # 12 layers on 4 A100s, global batch 16, micro-batches 1 or 2: a space small enough to enumerate
-    return SearchRequest.model_validate({"workload": WORKLOAD, "cluster": CLUSTER, "trials": 150,
-                                         "micro_batch_sizes": [1, 2], "seed": 0})
+    return SearchRequest.model_validate(
+        {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 150, "micro_batch_sizes": [1, 2], "seed": 0}
+    )
 
 
 def _optimum(predictor, specs) -> float:
@@ -24,8 +26,11 @@ def _optimum(predictor, specs) -> float:
 
 def _accounted(study, found) -> int:
     # infeasible plans stay in the study as constraint violations the samplers read, not dropped
-    over = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
-            and t.constraints["mem_over_capacity"] > 0]
+    over = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE and t.constraints["mem_over_capacity"] > 0
+    ]
     return len(found) + len(over) + sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
 
 
@@ -92,8 +97,7 @@ def test_top_plans_are_distinct_and_fastest_first(predictor, request_small):
     assert all(b >= a * (1 - 1e-5) for a, b in zip(times, times[1:]))  # re-predicted in another batch: float noise
 
 
-def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor, request_small, tmp_path,
-                                                                       monkeypatch):
+def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor, request_small, tmp_path, monkeypatch):
     """A kill between ask and tell leaves trials RUNNING in storage (a drill left 209): the resumed search gives
     them back, and an exhaustive one evaluates each plan of the space once and says so."""
     storage = f"sqlite:///{tmp_path / 'killed.db'}"
@@ -117,8 +121,11 @@ def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor,
     study = run_search(predictor, request, storage=storage, name="killed")
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.WAITING not in states
-    evaluated = [json.dumps(t.params, sort_keys=True) for t in study.trials
-                 if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    evaluated = [
+        json.dumps(t.params, sort_keys=True)
+        for t in study.trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
     space = {json.dumps(params_of(s), sort_keys=True) for s in space_of(request).enumerate()}
     assert len(evaluated) == len(set(evaluated)) == len(space) and set(evaluated) == space
 

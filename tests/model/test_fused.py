@@ -1,12 +1,13 @@
 """The fused ensemble forward equals running the members one by one."""
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch_geometric.data import Batch
 
-from gnn.fused import forward_members, fusable
-from gnn.train import TrainConfig, build_module
+from gnn.model.fused import forward_members, fusable
+from gnn.predictors.surrogate import TrainConfig, build_module
 
 
 def members(dataset, **config) -> nn.ModuleList:
@@ -23,7 +24,9 @@ def one_by_one(ms, batch) -> torch.Tensor:
     return torch.stack([m(batch) for m in ms])
 
 
-@pytest.mark.parametrize("config", [{}, {"physics": False}, {"time_base": "simulator"}], ids=["analytical", "no_physics", "simulator"])
+@pytest.mark.parametrize(
+    "config", [{}, {"physics": False}, {"time_base": "simulator"}], ids=["analytical", "no_physics", "simulator"]
+)
 def test_fused_forward_matches_the_members(vtrain_dataset, config):
     ms = members(vtrain_dataset, **config)
     assert fusable(ms)
@@ -49,25 +52,32 @@ def test_a_changed_weight_is_picked_up_and_training_mode_is_not_fused(vtrain_dat
 
 
 def test_typed_aggregation_equals_the_edge_by_edge_sum(vtrain_dataset):
-    from gnn.fused import _edge_aggregation, _typed_aggregation
+    from gnn.model.fused import _edge_aggregation, _typed_aggregation
 
     batch = Batch.from_data_list([vtrain_dataset[i] for i in range(0, 60, 3)])
     torch.manual_seed(0)
-    h, w_edge, b_edge = torch.randn(3, batch.num_nodes, 8), torch.randn(3, batch.edge_attr.shape[1] + 1, 8), torch.randn(3, 1, 8)
+    h, w_edge, b_edge = (
+        torch.randn(3, batch.num_nodes, 8),
+        torch.randn(3, batch.edge_attr.shape[1] + 1, 8),
+        torch.randn(3, 1, 8),
+    )
     typed = _typed_aggregation(batch)
     assert typed is not None
-    torch.testing.assert_close(typed(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        typed(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5
+    )
     # an edge given twice sends its message twice in both
     batch.edge_index = torch.cat([batch.edge_index, batch.edge_index[:, :7]], 1)
     batch.edge_attr = torch.cat([batch.edge_attr, batch.edge_attr[:7]])
-    torch.testing.assert_close(_typed_aggregation(batch)(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        _typed_aggregation(batch)(h, w_edge, b_edge), _edge_aggregation(batch)(h, w_edge, b_edge), rtol=1e-5, atol=1e-5
+    )
     batch.edge_attr = batch.edge_attr * 0.5  # not one-hot: only the edge-by-edge sum applies
     assert _typed_aggregation(batch) is None
 
 
 def test_inference_batches_cut_by_nodes_and_agree_with_one_batch(vtrain_dataset):
-    from gnn.ensemble import Ensemble, _batches
+    from gnn.model.ensemble import Ensemble, _batches
 
     assert _batches([3, 3, 3, 10, 1], 6) == [(0, 2), (2, 3), (3, 4), (4, 5)]  # a graph over budget goes alone
     assert _batches([], 6) == []
@@ -79,7 +89,7 @@ def test_inference_batches_cut_by_nodes_and_agree_with_one_batch(vtrain_dataset)
 
 
 def test_packed_graphs_split_back_into_the_graphs_they_join(vtrain_dataset):
-    from gnn.fused import pack
+    from gnn.dataset.packed import pack
 
     graphs = [vtrain_dataset[i] for i in (0, 7, 3, 11)]
     for graph, back in zip(graphs, pack(graphs).graphs(), strict=True):

@@ -1,11 +1,12 @@
 """Simulating two short runs (pp + 1 and 2 * pp + 1 micro-batches) and extrapolating must match simulating them all."""
+
 import pytest
 
 from collect.schema import RunSpec
-from gnn.graph import build_graph
-from gnn.hardware_model import hardware_model
-from gnn.simulate import simulate
-from gnn.truncate import sampled_counts, simulate_plan
+from gnn.costs.hardware import hardware_model
+from gnn.graph.build import build_graph
+from gnn.sim.simulate import simulate
+from gnn.sim.truncate import sampled_counts, simulate_plan
 
 A100 = hardware_model("a100-80gb", "data/hardware")
 PLANS = [
@@ -20,8 +21,16 @@ PLANS = [
 
 def spec(plan: dict) -> RunSpec:
     dp = plan.get("dp", 1)
-    workload = dict(layers=8, hidden=1024, heads=16, seq_len=1024, vocab=51200, micro_batch_size=1,
-                    global_batch_size=dp * plan["num_microbatches"], dtype="bfloat16")
+    workload = dict(
+        layers=8,
+        hidden=1024,
+        heads=16,
+        seq_len=1024,
+        vocab=51200,
+        micro_batch_size=1,
+        global_batch_size=dp * plan["num_microbatches"],
+        dtype="bfloat16",
+    )
     cluster = dict(devices_per_node=8, device="cuda", device_kind="a100-80gb", memory_bytes=80 * 2**30, backend="nccl")
     return RunSpec.model_validate({"workload": workload, "plan": plan, "cluster": cluster})
 
@@ -37,7 +46,9 @@ def test_extrapolation_matches_the_full_simulation(plan):
     for name in ("compute_s", "comm_s", "exposed_comm_s"):
         assert getattr(short, name) == pytest.approx(getattr(full, name), rel=1e-3, abs=1e-9)
     assert short.bubble_s == pytest.approx(full.bubble_s, abs=1e-3 * full.iter_time_s)
-    assert graph.plan.num_microbatches == sampled_counts(s.plan)[0] < s.plan.num_microbatches  # the model reads a short graph
+    assert (
+        graph.plan.num_microbatches == sampled_counts(s.plan)[0] < s.plan.num_microbatches
+    )  # the model reads a short graph
 
 
 def test_short_plans_are_simulated_whole():

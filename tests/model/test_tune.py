@@ -1,17 +1,18 @@
 """Hyper-parameter search: real Optuna on sqlite, the Lightning pruning callback, resumed by name."""
+
 import mlflow
 import optuna
 import pytest
 
-from gnn.splits import named_splits
-from gnn.train import TrainConfig
+from gnn.dataset.splits import named_splits
+from gnn.predictors.surrogate import TrainConfig
 from gnn.tune import tune
 
 
 @pytest.fixture
 def tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from gnn.tracking import setup
+    from gnn.tracking.runs import setup
 
     setup("tune-test")
 

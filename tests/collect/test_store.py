@@ -66,11 +66,16 @@ def test_corrupt_parquet_is_reported_and_left_alone(tmp_path):
     assert store.parquet_path.read_bytes() == b"PAR1 truncated garbage"
 
 
-@pytest.mark.parametrize("line, rule", [(b"123", "a JSON int, not an object"),
-                                        (b'{"foo": 1}', "no 'measurement_id' string"),
-                                        (b'{"measurement_id": "m9", "status": "fine"}', "'status' is 'fine'"),
-                                        (b"\xff\xfe\x00garbage", "malformed row"),
-                                        (b"[" * 100_000, "malformed row")])
+@pytest.mark.parametrize(
+    "line, rule",
+    [
+        (b"123", "a JSON int, not an object"),
+        (b'{"foo": 1}', "no 'measurement_id' string"),
+        (b'{"measurement_id": "m9", "status": "fine"}', "'status' is 'fine'"),
+        (b"\xff\xfe\x00garbage", "malformed row"),
+        (b"[" * 100_000, "malformed row"),
+    ],
+)
 def test_a_journal_line_that_is_not_a_row_is_refused_naming_file_line_and_rule(tmp_path, line, rule):
     store = ResultStore(tmp_path / "s.parquet")
     store.append(_row(0))

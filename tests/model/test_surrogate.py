@@ -1,4 +1,5 @@
 """A real (small) GNN ensemble: trained, tracked in a temporary MLflow sqlite store, registered, reloaded."""
+
 from pathlib import Path
 
 import mlflow
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnn.splits import named_splits
-from gnn.train import TrainConfig, train_ensemble
+from gnn.dataset.splits import named_splits
+from gnn.predictors.surrogate import TrainConfig, train_ensemble
 
 TINY = TrainConfig(max_epochs=3, hidden=16, num_layers=2, batch_size=32, members=2)
 
@@ -15,7 +16,7 @@ TINY = TrainConfig(max_epochs=3, hidden=16, num_layers=2, batch_size=32, members
 @pytest.fixture
 def tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from gnn.tracking import setup
+    from gnn.tracking.runs import setup
 
     setup("test")
 
@@ -32,8 +33,9 @@ def ensemble(vtrain_dataset, small_parts):
 
 
 def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts, ensemble, tracking, tmp_path):
-    from gnn.tracking import CHAMPION, MODEL_NAME, log_surrogate
-    from serve.pyfunc import as_input
+    from gnn.tracking.pyfunc import as_input
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME
+    from gnn.tracking.runs import log_surrogate
 
     summary = log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
     assert "registered as champion" in summary
@@ -49,8 +51,9 @@ def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts
     assert model.metadata.signature is not None
     rows = vtrain_dataset.meta.loc[small_parts["test"][:20]]
     reloaded = model.predict(as_input(rows))
-    direct = model.unwrap_python_model().predictor.predict_rows(rows.assign(vocab=51200, dtype="bfloat16",
-                                                                            sharding="none"))
+    direct = model.unwrap_python_model().predictor.predict_rows(
+        rows.assign(vocab=51200, dtype="bfloat16", sharding="none")
+    )
     fresh = ensemble.predict([vtrain_dataset[int(i)] for i in small_parts["test"][:20]])
     assert reloaded.shape[0] == 20
     np.testing.assert_allclose(reloaded["iter_time_s"], direct["iter_time_s"].to_numpy(), rtol=1e-6)
@@ -58,19 +61,22 @@ def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts
     assert np.all(reloaded["iter_time_s"] <= reloaded["iter_time_hi_s"])
     # the reloaded ensemble is the trained one: identical outputs on the dataset's own graphs
     graphs = [vtrain_dataset[int(i)] for i in small_parts["test"][:20]]
-    np.testing.assert_array_equal(model.unwrap_python_model().predictor.ensemble.predict(graphs)["iter_time_s"],
-                                  fresh["iter_time_s"])
+    np.testing.assert_array_equal(
+        model.unwrap_python_model().predictor.ensemble.predict(graphs)["iter_time_s"], fresh["iter_time_s"]
+    )
 
 
 def test_a_registered_model_predicts_on_a_fingerprint_collected_after_it_was_trained(
-        vtrain_dataset, small_parts, ensemble, tracking, tmp_path, monkeypatch):
+    vtrain_dataset, small_parts, ensemble, tracking, tmp_path, monkeypatch
+):
     """Collect, then predict: the model bundles the fingerprints it was trained with, and still finds one that
     `make collect` wrote to data/hardware later."""
     import shutil
 
     from collect.schema import RunSpec
-    from gnn.tracking import CHAMPION, MODEL_NAME, log_surrogate
-    from serve.predictor import load_predictor
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME
+    from gnn.tracking.runs import log_surrogate
+    from serve.api import load_predictor
 
     log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
     collected = tmp_path / "hardware"
@@ -78,9 +84,21 @@ def test_a_registered_model_predicts_on_a_fingerprint_collected_after_it_was_tra
     shutil.copy(Path(vtrain_dataset.hardware_dir) / "vm-20261123T123157.json", collected / "vm-20991231T000000.json")
     monkeypatch.setenv("PLANSIGHT_HARDWARE_DIR", str(collected))
     predictor = load_predictor(f"models:/{MODEL_NAME}@{CHAMPION}")
-    spec = RunSpec.model_validate({"workload": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 64, "vocab": 512,
-                                                "micro_batch_size": 2, "global_batch_size": 4},
-                                   "plan": {"dp": 2}, "cluster": {"devices_per_node": 2, "memory_bytes": 2**30}})
+    spec = RunSpec.model_validate(
+        {
+            "workload": {
+                "layers": 2,
+                "hidden": 128,
+                "heads": 4,
+                "seq_len": 64,
+                "vocab": 512,
+                "micro_batch_size": 2,
+                "global_batch_size": 4,
+            },
+            "plan": {"dp": 2},
+            "cluster": {"devices_per_node": 2, "memory_bytes": 2**30},
+        }
+    )
     out = predictor.predict_columns([spec], "vm-20991231T000000", workers=0)
     assert np.isfinite(out["iter_time_s"]).all()
     with pytest.raises(ValueError, match="no fingerprint vm-20991231T000001.json in"):
@@ -88,13 +106,13 @@ def test_a_registered_model_predicts_on_a_fingerprint_collected_after_it_was_tra
 
 
 def test_a_saved_model_is_weights_and_loading_runs_no_code_from_the_file(ensemble, tmp_path):
-    from gnn.predictor import Predictor
+    from gnn.inference.predictor import BatchPredictor
 
     path = tmp_path / "predictor.pt"
-    Predictor(ensemble, info={"name": "t"}).save(path)
+    BatchPredictor(ensemble, info={"name": "t"}).save(path)
     blob = torch.load(path, weights_only=True)
     assert set(blob) == {"format", "description", "info", "state_dict"} and isinstance(blob["description"], str)
-    loaded = Predictor.load(path)
+    loaded = BatchPredictor.load(path)
     for key, value in ensemble.state_dict().items():
         assert torch.equal(loaded.ensemble.state_dict()[key], value), key
 
@@ -104,13 +122,15 @@ def test_a_saved_model_is_weights_and_loading_runs_no_code_from_the_file(ensembl
 
     torch.save({"ensemble": Payload()}, tmp_path / "hostile.pt")
     with pytest.raises(ValueError, match="not a plansight model"):
-        Predictor.load(tmp_path / "hostile.pt")
+        BatchPredictor.load(tmp_path / "hostile.pt")
     assert not (tmp_path / "ran").exists()
 
 
-def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_parts, ensemble, tracking, monkeypatch,
-                                                         capsys):
-    from gnn.tracking import champion_selection_now, log_surrogate
+def test_champion_is_rescored_when_the_graph_code_changed(
+    vtrain_dataset, small_parts, ensemble, tracking, monkeypatch, capsys
+):
+    from gnn.tracking.registry import champion_selection_now
+    from gnn.tracking.runs import log_surrogate
 
     log_surrogate(ensemble, vtrain_dataset, small_parts, "a100/random", {"members": 2}, 1.0, register=True)
     recorded = champion_selection_now(vtrain_dataset, small_parts, "a100/random")  # same features: the record
@@ -119,13 +139,14 @@ def test_champion_is_rescored_when_the_graph_code_changed(vtrain_dataset, small_
     rescored = champion_selection_now(vtrain_dataset, small_parts, "a100/random")  # scored again on validation
     assert "re-scored under the current features" in capsys.readouterr().out
     assert recorded is not None and rescored == pytest.approx(recorded, rel=1e-6)  # features unchanged in fact
-    monkeypatch.setattr("gnn.tracking._input_dims", lambda ensemble: (1, 1))  # a champion of another graph format
+    # a champion of another graph format
+    monkeypatch.setattr("gnn.tracking.registry._input_dims", lambda ensemble: (1, 1))
     assert champion_selection_now(vtrain_dataset, small_parts, "a100/random") == float("inf")
     assert "reads another graph format" in capsys.readouterr().out
 
 
 def test_champion_is_replaced_only_by_a_better_model(tracking):
-    from gnn.tracking import CHAMPION, MODEL_NAME, register_if_better
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register_if_better
 
     with mlflow.start_run() as run:
         mlflow.log_metric("val_selection", 0.5)
@@ -146,7 +167,7 @@ class _Constant(mlflow.pyfunc.PythonModel):
 
 
 def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ensemble):
-    from gnn.ensemble import interval_coverage
+    from gnn.model.ensemble import interval_coverage
 
     val = vtrain_dataset.meta.loc[small_parts["val"]]
     pred = ensemble.predict(vtrain_dataset[torch.as_tensor(small_parts["val"])])
@@ -155,7 +176,7 @@ def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ens
 
 
 def test_median_aggregation_takes_the_middle_member():
-    from gnn.ensemble import Ensemble
+    from gnn.model.ensemble import Ensemble
 
     raw = np.array([[[0.0, 1.0, 0.0]], [[0.1, 1.2, 0.0]], [[5.0, 9.0, 0.0]]])  # 3 members, 1 plan; one far off
     mean, median = Ensemble([]).summarize(raw), Ensemble([], aggregate="median").summarize(raw)
@@ -167,7 +188,7 @@ def test_median_aggregation_takes_the_middle_member():
 
 
 def test_a_prediction_falls_back_to_physics_only_where_members_disagree_beyond_validation():
-    from gnn.ensemble import fall_back
+    from gnn.model.ensemble import fall_back
 
     point, base = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, float("nan")])
     spread, limit = np.array([0.05, 0.1, 0.4, 0.4]), np.full(4, 0.1)
@@ -179,7 +200,7 @@ def test_a_prediction_falls_back_to_physics_only_where_members_disagree_beyond_v
 
 
 def test_time_and_memory_both_fall_back_when_members_disagree():
-    from gnn.ensemble import Ensemble
+    from gnn.model.ensemble import Ensemble
 
     ens = Ensemble([])
     ens.spread_limit.fill_(0.1)
@@ -192,7 +213,7 @@ def test_time_and_memory_both_fall_back_when_members_disagree():
 
 
 def test_calibration_fits_the_spread_limit_from_validation(vtrain_dataset, small_parts, ensemble):
-    from gnn.train import calibrate_ensemble
+    from gnn.predictors.surrogate import calibrate_ensemble
 
     calibrate_ensemble(ensemble, vtrain_dataset, small_parts)
     limit = ensemble.spread_limit.numpy()

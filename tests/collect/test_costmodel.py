@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collect.costmodel import ThreeRegionCurve, fit_three_region
-from collect.hardware import fit_collectives, load_hardware
+from collect.hardware.costmodel import ThreeRegionCurve, fit_three_region
+from collect.hardware.records import fit_collectives, load_hardware
 
 HARDWARE = Path(__file__).resolve().parents[2] / "data" / "hardware"
 
@@ -35,8 +35,10 @@ def test_fit_on_recorded_fingerprint_points():
     record = _recorded()
     fits = fit_collectives(record["collectives"])
     assert set(fits) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
-    ratios = [ThreeRegionCurve(**fits[pt["op"]][str(pt["group_size"])]).predict(pt["bytes"]) / pt["time_s"]
-              for pt in record["collectives"]]
+    ratios = [
+        ThreeRegionCurve(**fits[pt["op"]][str(pt["group_size"])]).predict(pt["bytes"]) / pt["time_s"]
+        for pt in record["collectives"]
+    ]
     # Single points on a shared 2-core machine can be 10x off (a 256 B all-reduce
     # once took 2.5 ms, a 16 KiB one 0.3 ms); the fit must follow the bulk of them.
     assert 0.67 < np.median(ratios) < 1.5

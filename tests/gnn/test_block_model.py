@@ -1,24 +1,36 @@
-"""The fitted block costs (gnn.block_model), borrowed profiles, and cores shared in the simulator."""
+"""The fitted block costs (gnn.costs.blocks), borrowed profiles, and cores shared in the simulator."""
+
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from collect.hardware import load_hardware
-from gnn.block_model import BlockModel, point_features
-from gnn.graph import ExecGraph, Node
-from gnn.hardware_model import HardwareModel
-from gnn.simulate import simulate
+from collect.hardware.records import load_hardware
+from gnn.costs.blocks import BlockModel, point_features
+from gnn.costs.hardware import HardwareModel
+from gnn.graph.build import ExecGraph
+from gnn.graph.table import Node
+from gnn.sim.simulate import simulate
 
 HARDWARE = Path(__file__).resolve().parents[2] / "data" / "hardware"
 SIZES = [(64, 32, 1), (128, 32, 4), (256, 128, 1), (512, 128, 4)]
 
 
 def _point(block, variant, hidden, seq, batch, forward, backward):
-    return {"kind": "block", "block": block, "variant": variant, "hidden": hidden, "heads": hidden // 32,
-            "seq_len": seq, "batch": batch, "vocab": 512, "dtype": "float32", "forward_s": forward,
-            "backward_s": backward}
+    return {
+        "kind": "block",
+        "block": block,
+        "variant": variant,
+        "hidden": hidden,
+        "heads": hidden // 32,
+        "seq_len": seq,
+        "batch": batch,
+        "vocab": 512,
+        "dtype": "float32",
+        "forward_s": forward,
+        "backward_s": backward,
+    }
 
 
 def _synthetic(fixed_us=200.0, flops_per_s=1e11, wrapper_us=1000.0):
@@ -51,17 +63,27 @@ def test_a_wrapper_costs_what_it_adds_to_a_plain_layer():
 
 
 def test_cores_from_concurrency_points():
-    points = _synthetic() + [{"kind": "concurrency", "ranks": r, "hidden": 128, "seq_len": 32, "batch": 2,
-                              "time_s": t} for r, t in ((1, 1.0), (2, 1.02), (4, 2.2))]
+    points = _synthetic() + [
+        {"kind": "concurrency", "ranks": r, "hidden": 128, "seq_len": 32, "batch": 2, "time_s": t}
+        for r, t in ((1, 1.0), (2, 1.02), (4, 2.2))
+    ]
     assert BlockModel(points).cores == pytest.approx(4 / 2.2)
     assert BlockModel(_synthetic()).cores == float("inf")  # no concurrency measured: a device per rank
 
 
 def test_borrowed_profile_is_named_and_rescaled_by_matmul_throughput(tmp_path):
-    source = {"id": "src", "source": "measured", "blocks": _synthetic(),
-              "compute": [{"kind": "matmul", "dtype": "float32", "n": 512, "flops_per_s": 1e11}]}
-    borrower = {"id": "old", "source": "measured", "blocks_from": "src",
-                "compute": [{"kind": "matmul", "dtype": "float32", "n": 512, "flops_per_s": 2e11}]}
+    source = {
+        "id": "src",
+        "source": "measured",
+        "blocks": _synthetic(),
+        "compute": [{"kind": "matmul", "dtype": "float32", "n": 512, "flops_per_s": 1e11}],
+    }
+    borrower = {
+        "id": "old",
+        "source": "measured",
+        "blocks_from": "src",
+        "compute": [{"kind": "matmul", "dtype": "float32", "n": 512, "flops_per_s": 2e11}],
+    }
     for record in (source, borrower):
         (tmp_path / f"{record['id']}.json").write_text(json.dumps(record))
     loaded = load_hardware("old", tmp_path)
@@ -119,8 +141,10 @@ def _group_points(ranks, fixed_ms, slowdown=1.0):
 
 
 def test_a_pool_layer_is_fitted_per_rank_with_a_core_each():
-    concurrency = [{"kind": "concurrency", "ranks": r, "hidden": 128, "seq_len": 32, "batch": 2, "time_s": t}
-                   for r, t in ((1, 1.0), (4, 2.0))]
+    concurrency = [
+        {"kind": "concurrency", "ranks": r, "hidden": 128, "seq_len": 32, "batch": 2, "time_s": t}
+        for r, t in ((1, 1.0), (4, 2.0))
+    ]
     model = BlockModel(_synthetic() + _group_points(4, 5.0, slowdown=2.0) + concurrency)
     assert model.group_coef[("tp", 4, "forward")][0] == pytest.approx(5e-3, rel=1e-3)  # the sharing taken out
     assert model.group_seconds("tp", 2, "forward", (0.0, 0.0, 0.0)) is None  # no pool of 2 measured
@@ -128,13 +152,29 @@ def test_a_pool_layer_is_fitted_per_rank_with_a_core_each():
 
 def test_tensor_parallel_layers_cost_what_the_pool_measured():
     from collect.schema import RunSpec
-    from gnn.passes import PassCompiler
+    from gnn.graph.passes import PassCompiler
 
-    spec = RunSpec.model_validate({"workload": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32, "vocab": 512,
-                                               "micro_batch_size": 1, "global_batch_size": 1},
-                                  "plan": {"tp": 2}, "cluster": {"devices_per_node": 2, "memory_bytes": 2**30}})
-    base = {"id": "x", "source": "measured", "compute": [{"kind": "matmul", "dtype": "float32", "flops_per_s": 1e11}],
-            "links": {"intra_node": {"bandwidth_bytes_per_s": 1e9}}}
+    spec = RunSpec.model_validate(
+        {
+            "workload": {
+                "layers": 2,
+                "hidden": 128,
+                "heads": 4,
+                "seq_len": 32,
+                "vocab": 512,
+                "micro_batch_size": 1,
+                "global_batch_size": 1,
+            },
+            "plan": {"tp": 2},
+            "cluster": {"devices_per_node": 2, "memory_bytes": 2**30},
+        }
+    )
+    base = {
+        "id": "x",
+        "source": "measured",
+        "compute": [{"kind": "matmul", "dtype": "float32", "flops_per_s": 1e11}],
+        "links": {"intra_node": {"bandwidth_bytes_per_s": 1e9}},
+    }
 
     def attention_forward(points):
         hw = HardwareModel({**base, "blocks": points})
@@ -142,7 +182,8 @@ def test_tensor_parallel_layers_cost_what_the_pool_measured():
         calls = 2 * hw.comm_time("all_reduce", compiler.c.boundary_bytes, 2)  # the layer's two tp_comm calls
         return compiler._block_seconds("attn", "forward"), calls
 
-    (one_rank, _), (pool, calls) = attention_forward(_synthetic()), attention_forward(_synthetic() + _group_points(2, 20.0))
+    one_rank, _ = attention_forward(_synthetic())
+    pool, calls = attention_forward(_synthetic() + _group_points(2, 20.0))
     # one rank: the one-rank wrapper's 1 ms a layer. A pool: its 20 ms beyond FLOPs, less the plain attention and MLP
     # blocks' 0.2 ms fixed costs each and the collectives the graph charges. Half of each goes to the attention block.
     assert pool - one_rank == pytest.approx(0.5 * (20e-3 - 0.4e-3 - calls) - 0.5 * 1e-3, rel=1e-3)

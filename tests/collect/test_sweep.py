@@ -5,8 +5,10 @@ import pytest
 from collect.schema import RunSpec
 from collect.sweep import SweepSpec, layouts, measurement_id, sample_points, schedule_measurements, valid_points
 
-SHAPES = [{"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256},
-          {"layers": 4, "hidden": 96, "heads": 6, "seq_len": 32, "vocab": 256}]
+SHAPES = [
+    {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256},
+    {"layers": 4, "hidden": 96, "heads": 6, "seq_len": 32, "vocab": 256},
+]
 
 
 def _spec(**overrides) -> SweepSpec:
@@ -61,7 +63,7 @@ def test_repeats_cover_ten_percent_three_times_each_spread_in_time():
 def test_repeats_in_rounds_measure_every_repeated_point_once_per_round():
     order = schedule_measurements(_spec(repeat_fraction=1.0, repeat_count=3, repeat_order="rounds"))
     n = len(order) // 3
-    rounds = [order[k * n:(k + 1) * n] for k in range(3)]
+    rounds = [order[k * n : (k + 1) * n] for k in range(3)]
     for k, measured in enumerate(rounds):
         assert {index for _, index, _ in measured} == {k}
         assert sorted(p.run_id for p, _, _ in measured) == sorted(p.run_id for p, _, _ in rounds[0])

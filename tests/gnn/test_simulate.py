@@ -1,9 +1,11 @@
 """The simulator against timelines computed by hand."""
+
 import pytest
 
-from gnn.graph import ExecGraph, Node
-from gnn.simulate import simulate
-from tests.unit.test_graph import graph
+from gnn.graph.build import ExecGraph
+from gnn.graph.table import Node
+from gnn.sim.simulate import simulate
+from tests.gnn.test_graph import graph
 
 
 def _graph(nodes, edges, static=(0.0,)):
@@ -112,7 +114,7 @@ def test_tensor_parallel_head_keeps_whole_logits_on_every_rank():
     """The collector's TP head is ColwiseParallel with a replicated output (collect/parallel/tp.py): its matmul is
     split by tp, but every rank then holds all the fp32 logits, and so does the loss."""
     from collect.schema import Plan, Workload
-    from gnn.costs import block_costs
+    from gnn.costs.analytic import block_costs
 
     w = Workload(layers=2, hidden=64, heads=2, seq_len=32, vocab=512, micro_batch_size=2, global_batch_size=4)
     one, two = block_costs(w, Plan()), block_costs(w, Plan(tp=2))

@@ -1,13 +1,14 @@
 """Execution graphs of tiny hand-built plans, checked node by node."""
+
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from collect.schema import RunSpec
-from gnn.graph import build_graph
-from gnn.hardware_model import HardwareModel
-from gnn.schedule import rank_orders
+from gnn.costs.hardware import HardwareModel
+from gnn.graph.build import build_graph
+from gnn.graph.schedule import rank_orders
 
 W = dict(layers=4, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch_size=2)
 
@@ -29,7 +30,8 @@ def graph(workload=None, **plan):
     dp, nmb = plan.get("dp", 1), plan.get("num_microbatches", 1)
     w = {**W, **(workload or {}), "global_batch_size": dp * W["micro_batch_size"] * nmb}
     ws = dp * plan.get("tp", 1) * plan.get("pp", 1)
-    spec = RunSpec.model_validate({"workload": w, "plan": plan, "cluster": {"devices_per_node": ws, "memory_bytes": 2**30}})
+    cluster = {"devices_per_node": ws, "memory_bytes": 2**30}
+    spec = RunSpec.model_validate({"workload": w, "plan": plan, "cluster": cluster})
     return build_graph(spec.workload, spec.plan, spec.cluster, UnitHardware()), spec
 
 
@@ -64,14 +66,18 @@ def test_pipeline_send_recv_and_gpipe_order():
     p2p = [n for n in g.nodes if n.kind == "p2p"]
     assert Counter((n.phase, n.stage) for n in p2p) == {("forward", 0): 2, ("backward", 1): 2}
     assert all(n.message_bytes == 2 * 32 * 64 * 4 for n in p2p)
-    assert kinds(g, "forward")["embed"] == 2 and kinds(g, "forward")["head"] == 2  # stage 0 embeds, stage 1 has the head
+    # stage 0 embeds, stage 1 has the head
+    assert kinds(g, "forward")["embed"] == 2 and kinds(g, "forward")["head"] == 2
     assert g.num_ranks == 2
 
 
 def test_fsdp_full_gathers_every_pass_and_reduce_scatters():
     g, spec = graph(dp=2, sharding="fsdp_full", num_microbatches=2)
     assert Counter((n.kind, n.phase) for n in g.nodes if n.kind.startswith("fsdp")) == {
-        ("fsdp_allgather", "forward"): 2, ("fsdp_allgather", "backward"): 2, ("fsdp_reducescatter", "backward"): 2}
+        ("fsdp_allgather", "forward"): 2,
+        ("fsdp_allgather", "backward"): 2,
+        ("fsdp_reducescatter", "backward"): 2,
+    }
     # one all-gather per FSDP unit (each block, and the root: embeddings and head), each of its unit's shard
     gather = next(n for n in g.nodes if n.kind == "fsdp_allgather")
     assert gather.count == spec.workload.layers + 1
@@ -85,7 +91,9 @@ def test_pipelined_fsdp_grad_op_gathers_and_reduce_scatters_once_per_stage():
     then reduce-scatters once; without pipelining every micro-batch reduce-scatters."""
     g, _ = graph(dp=2, pp=2, sharding="fsdp_grad_op", num_microbatches=2)
     assert Counter((n.kind, n.phase) for n in g.nodes if n.kind.startswith("fsdp")) == {
-        ("fsdp_allgather", "forward"): 2, ("fsdp_reducescatter", "backward"): 2}
+        ("fsdp_allgather", "forward"): 2,
+        ("fsdp_reducescatter", "backward"): 2,
+    }
     g, _ = graph(dp=2, sharding="fsdp_grad_op", num_microbatches=2)
     assert kinds(g)["fsdp_reducescatter"] == 2
 
@@ -103,19 +111,34 @@ def test_recompute_adds_a_recompute_pass_and_saves_less():
     assert saved(full) < saved(plain) / 5
 
 
-@pytest.mark.parametrize("schedule, expected", [
-    ("gpipe", [[("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0), ("B", 0, 1), ("B", 0, 2)],
-               [("F", 1, 0), ("F", 1, 1), ("F", 1, 2), ("B", 1, 0), ("B", 1, 1), ("B", 1, 2)]]),
-    ("1f1b", [[("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("F", 0, 2), ("B", 0, 1), ("B", 0, 2)],
-              [("F", 1, 0), ("B", 1, 0), ("F", 1, 1), ("B", 1, 1), ("F", 1, 2), ("B", 1, 2)]]),
-])
+@pytest.mark.parametrize(
+    "schedule, expected",
+    [
+        (
+            "gpipe",
+            [
+                [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("B", 0, 0), ("B", 0, 1), ("B", 0, 2)],
+                [("F", 1, 0), ("F", 1, 1), ("F", 1, 2), ("B", 1, 0), ("B", 1, 1), ("B", 1, 2)],
+            ],
+        ),
+        (
+            "1f1b",
+            [
+                [("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("F", 0, 2), ("B", 0, 1), ("B", 0, 2)],
+                [("F", 1, 0), ("B", 1, 0), ("F", 1, 1), ("B", 1, 1), ("F", 1, 2), ("B", 1, 2)],
+            ],
+        ),
+    ],
+)
 def test_schedule_orders(schedule, expected):
     from collect.schema import Plan
+
     assert rank_orders(Plan(pp=2, pp_schedule=schedule, num_microbatches=3)) == expected
 
 
 def test_interleaved_order_loops_chunks_and_covers_every_pass():
     from collect.schema import Plan
+
     orders = rank_orders(Plan(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4))
     assert orders[1][:4] == [("F", 1, 0), ("F", 1, 1), ("F", 3, 0), ("B", 3, 0)]
     for rank, order in enumerate(orders):
@@ -124,18 +147,17 @@ def test_interleaved_order_loops_chunks_and_covers_every_pass():
 
 def test_graph_edges_point_forward():
     """The compiler adds a node after its dependencies: every edge goes to a later node."""
-    g, _ = graph(pp=2, dp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4,
-                 sharding="fsdp_full")
+    g, _ = graph(pp=2, dp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4, sharding="fsdp_full")
     assert all(src < dst for src, dst, _ in g.edges)
 
 
 def test_cached_layouts_and_shared_passes_build_the_same_graph():
     """A pipeline shape's layout is cached and reused by other models; the graph must not depend on what was
     built before it."""
-    from gnn import layout
+    from gnn.graph import layout
 
     plan = dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_grad_op")
-    layout._CACHE.clear()
+    layout.clear_layouts()
     cold, _ = graph(**plan)
     other, _ = graph({"hidden": 128, "layers": 8}, **plan)  # same layout, another model
     warm, _ = graph(**plan)
@@ -146,7 +168,7 @@ def test_cached_layouts_and_shared_passes_build_the_same_graph():
 
 
 def test_graph_table_reads_back_as_nodes():
-    from gnn.graph import ExecGraph
+    from gnn.graph.build import ExecGraph
 
     g, _ = graph(pp=2, tp=2, num_microbatches=2, recompute="full")
     again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
@@ -154,20 +176,25 @@ def test_graph_table_reads_back_as_nodes():
     assert g.num_nodes == len(g.nodes) and {n.kind for n in g.nodes} >= {"attn", "mlp", "tp_comm", "p2p", "optimizer"}
 
 
-@pytest.mark.parametrize("plan", [dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_full"),
-                                  dict(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4,
-                                       tp=2, recompute="selective"),
-                                  dict(dp=2, sharding="zero1", num_microbatches=2)])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        dict(pp=2, dp=2, pp_schedule="1f1b", num_microbatches=3, sharding="fsdp_full"),
+        dict(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=4, tp=2, recompute="selective"),
+        dict(dp=2, sharding="zero1", num_microbatches=2),
+    ],
+)
 def test_pass_graph_summarises_the_node_graph(plan):
     """The GNN's graph has a node per pass: its data edges are exactly the node graph's data edges between
     passes, its order edges chain each rank's passes (the node graph's streams may skip a pass that does not use
     them), and its features add up to the node graph's totals."""
-    from gnn.features import NODE_FEATURES, node_features
+    from gnn.dataset.features import NODE_FEATURES, node_features
 
     g, spec = graph(**plan)
     view = g.passes
     pass_of = np.repeat(np.arange(len(view.start)), np.diff(np.append(view.start, g.num_nodes)))
-    assert np.array_equal(g.column("stage")[view.start], [g.column("stage")[pass_of == p][0] for p in range(len(view.start))])
+    stage = g.column("stage")
+    assert np.array_equal(stage[view.start], [stage[pass_of == p][0] for p in range(len(view.start))])
     between = {(a, b, k) for (a, b), k in zip(pass_of[g.edge_index].T.tolist(), g.edge_kind.tolist()) if a != b}
     edges = {(a, b, k) for (a, b), k in zip(view.edge_index.T.tolist(), view.edge_kind.tolist())}
     assert {e for e in between if e[2] == 0} == {e for e in edges if e[2] == 0}
@@ -186,7 +213,7 @@ def test_pass_graph_summarises_the_node_graph(plan):
 
 
 def test_hand_built_graph_is_its_own_pass_graph():
-    from gnn.graph import ExecGraph
+    from gnn.graph.build import ExecGraph
 
     g, _ = graph(pp=2, num_microbatches=2)
     again = ExecGraph.from_nodes(g.nodes, g.edges, g.static_bytes)
@@ -198,20 +225,26 @@ def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_grap
     """Plans that differ only in their pipeline schedule share a pass compiler, and plans that differ only in
     how they shard share the passes and optimizer steps that do not read it; their graphs and simulations are
     those of fresh compilers."""
-    from gnn.passes import PassCompiler
-    from gnn.truncate import simulate_plan
+    from gnn.graph.passes import PassCompiler
+    from gnn.sim.truncate import simulate_plan
 
     hw, cache = UnitHardware(), {}
-    plans = [dict(pp=pp, dp=dp, pp_schedule=schedule, num_microbatches=8, sharding=sharding, recompute=recompute)
-             for pp, schedule in ((1, None), (2, "1f1b"), (2, "gpipe"), (4, "1f1b")) for dp in (1, 2)
-             for sharding in ("none", "zero1", "fsdp_grad_op", "fsdp_full") for recompute in ("none", "full")]
+    plans = [
+        dict(pp=pp, dp=dp, pp_schedule=schedule, num_microbatches=8, sharding=sharding, recompute=recompute)
+        for pp, schedule in ((1, None), (2, "1f1b"), (2, "gpipe"), (4, "1f1b"))
+        for dp in (1, 2)
+        for sharding in ("none", "zero1", "fsdp_grad_op", "fsdp_full")
+        for recompute in ("none", "full")
+    ]
     for plan in plans:
         _, spec = graph(**plan)
         shared, shared_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, cache)
         fresh, fresh_sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw)
         assert np.array_equal(shared.table, fresh.table) and np.array_equal(shared.edge_index, fresh.edge_index), plan
-        assert shared_sim.iter_time_s == fresh_sim.iter_time_s and shared_sim.peak_mem_per_rank == fresh_sim.peak_mem_per_rank
+        assert shared_sim.iter_time_s == fresh_sim.iter_time_s
+        assert shared_sim.peak_mem_per_rank == fresh_sim.peak_mem_per_rank
     compilers = [c for c in cache.values() if isinstance(c, PassCompiler)]
-    assert len(compilers) == len(plans) - 2 * 4 * 2  # the two schedules of pp 2 share a compiler (per dp, sharding, recompute)
+    # the two schedules of pp 2 share a compiler (per dp, sharding, recompute)
+    assert len(compilers) == len(plans) - 2 * 4 * 2
     placed = [t for c in compilers for t in c.templates.values()]
     assert len({id(t) for t in placed}) < 0.8 * len(placed)

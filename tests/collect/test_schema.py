@@ -1,0 +1,145 @@
+import pytest
+from pydantic import ValidationError
+
+from collect.schema import Cluster, Plan, RunSpec, Workload
+from tests.conftest import TINY, tiny_spec
+
+
+def _raw(plan: dict, world_size: int = 2, **workload) -> dict:
+    w = {**TINY, "global_batch_size": 2, **workload}
+    return {"workload": w, "plan": plan, "cluster": {"devices_per_node": world_size, "memory_bytes": 2**30}}
+
+
+def _error(data: dict) -> str:
+    with pytest.raises(ValidationError) as info:
+        RunSpec.model_validate(data)
+    return str(info.value)
+
+
+def test_valid_spec_and_derived_properties():
+    spec = tiny_spec(dp=2, tp=2, pp=2, num_microbatches=2, sharding="fsdp_full")
+    assert spec.plan.world_size == 8 == spec.cluster.world_size
+    assert spec.plan.tp_enabled and spec.plan.pp_enabled and spec.plan.dp_enabled
+    assert spec.plan.pp_schedule == "1f1b"  # the default when pp > 1
+
+
+@pytest.mark.parametrize(
+    "plan, world_size, workload, expected",
+    [
+        (
+            {"dp": 2, "tp": 2},
+            2,
+            {"global_batch_size": 4},
+            "plan.dp (2) * plan.tp (2) * plan.pp (1) = 4 != cluster world size",
+        ),
+        ({"tp": 3}, 3, {}, "workload.heads (4) must be divisible by plan.tp (3): 4 % 3 = 1"),
+        ({"tp": 2}, 2, {"vocab": 129}, "workload.vocab (129) must be divisible by plan.tp (2)"),
+        (
+            {"pp": 2, "num_microbatches": 3},
+            2,
+            {"layers": 3, "global_batch_size": 6},
+            "workload.layers (3) must be divisible by plan.pp (2) * plan.virtual_stages (1) = 2",
+        ),
+        (
+            {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 2, "num_microbatches": 2},
+            2,
+            {"layers": 6, "global_batch_size": 4},
+            "workload.layers (6) must be divisible by plan.pp (2) * plan.virtual_stages (2) = 4",
+        ),
+        (
+            {"dp": 2},
+            2,
+            {"global_batch_size": 6},
+            "workload.global_batch_size (6) != plan.dp (2) * workload.micro_batch_size (2) * "
+            "plan.num_microbatches (1) = 4",
+        ),
+        (
+            {"pp": 2, "pp_schedule": "1f1b"},
+            2,
+            {},
+            "plan.pp_schedule '1f1b' needs plan.num_microbatches (1) >= plan.pp (2)",
+        ),
+        (
+            {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 1, "num_microbatches": 2},
+            2,
+            {"global_batch_size": 4},
+            "needs plan.virtual_stages >= 2",
+        ),
+        (
+            {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 2, "num_microbatches": 3},
+            2,
+            {"layers": 4, "global_batch_size": 6},
+            "num_microbatches (3) divisible by plan.pp (2)",
+        ),
+        (
+            {"dp": 2, "pp_schedule": "gpipe"},
+            2,
+            {"global_batch_size": 4},
+            "plan.pp_schedule ('gpipe') needs plan.pp > 1",
+        ),
+        ({"dp": 2, "virtual_stages": 2}, 2, {"global_batch_size": 4}, "plan.virtual_stages (2) needs plan.pp > 1"),
+        (
+            {"tp": 2, "sequence_parallel": True},
+            2,
+            {"seq_len": 31},
+            "workload.seq_len (31) must be divisible by plan.tp (2)",
+        ),
+        ({"dp": 2, "sequence_parallel": True}, 2, {"global_batch_size": 4}, "plan.sequence_parallel needs plan.tp > 1"),
+        ({"tp": 2, "sharding": "zero1"}, 2, {}, "'zero1' cannot be combined with plan.tp > 1"),
+    ],
+)
+def test_impossible_combinations_name_fields_and_arithmetic(plan, world_size, workload, expected):
+    assert expected in _error(_raw(plan, world_size, **workload))
+
+
+def test_ddp_with_tensor_parallel_is_rejected_with_reason():
+    msg = _error(_raw({"dp": 2, "tp": 2}, 4, global_batch_size=4))
+    assert "DDP does not support DTensor parameters" in msg
+
+
+def test_every_problem_is_reported_at_once():
+    msg = _error(_raw({"tp": 3}, 2, global_batch_size=6))
+    assert "world size" in msg and "heads (4)" in msg and "global_batch_size (6)" in msg
+
+
+@pytest.mark.parametrize(
+    "model, data, field",
+    [
+        (Workload, {**TINY, "global_batch_size": 2, "hidden": 66}, "hidden (66) must be divisible by heads (4)"),
+        (Workload, {**TINY, "global_batch_size": 2, "layers": 0}, "layers"),
+        (Workload, {**TINY, "global_batch_size": 2, "dtype": "float8"}, "dtype"),
+        (Plan, {"dp": 1, "sharding": "zero3"}, "sharding"),
+        (Plan, {"dp": 1, "recompute": "some"}, "recompute"),
+        (Plan, {"dp": 1, "dpp": 2}, "dpp"),  # typo: extra fields are rejected by name
+        (Cluster, {"devices_per_node": 1, "memory_bytes": 1, "backend": "nccl"}, "backend 'nccl' needs device 'cuda'"),
+        (Cluster, {"devices_per_node": 1, "memory_bytes": 0}, "memory_bytes"),
+    ],
+)
+def test_field_rules(model, data, field):
+    with pytest.raises(ValidationError) as info:
+        model.model_validate(data)
+    assert field in str(info.value)
+
+
+def test_float16_on_cpu_is_rejected():
+    assert "float16" in _error(_raw({"dp": 2}, 2, dtype="float16", global_batch_size=4))
+
+
+def test_run_id_is_stable_and_content_addressed():
+    a, b = tiny_spec(dp=2), tiny_spec(dp=2)
+    assert a.run_id == b.run_id and len(a.run_id) == 16
+    assert tiny_spec(dp=2, sharding="fsdp_full").run_id != a.run_id
+    assert tiny_spec(dp=2, memory_bytes=2**20).run_id != a.run_id
+    # survives a JSON round trip (what crosses process boundaries and files)
+    assert RunSpec.model_validate_json(a.model_dump_json()).run_id == a.run_id
+
+
+def test_num_params_matches_the_model():
+    import torch
+
+    from collect.workloads.gpt import GPT
+
+    w = tiny_spec(dp=1).workload
+    with torch.device("meta"):
+        model = GPT(w)
+    assert sum(p.numel() for p in model.parameters()) == w.num_params
