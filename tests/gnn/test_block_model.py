@@ -180,7 +180,7 @@ def test_tensor_parallel_layers_cost_what_the_pool_measured():
         hw = HardwareModel({**base, "blocks": points})
         compiler = PassCompiler(spec.workload, spec.plan, spec.cluster, hw)
         calls = 2 * hw.comm_time("all_reduce", compiler.c.boundary_bytes, 2)  # the layer's two tp_comm calls
-        return compiler._block_seconds("attn", "forward"), calls
+        return compiler.pricing._block_seconds("attn", "forward"), calls
 
     one_rank, _ = attention_forward(_synthetic())
     pool, calls = attention_forward(_synthetic() + _group_points(2, 20.0))
