@@ -1,6 +1,6 @@
 """The graph dataset: one execution graph per measured row of data/runs.
 
-    python -m gnn.dataset.graphs          # build (or load the cached) dataset and print its size
+    python -m gnn.dataset          # build (or load the cached) dataset and print its size
 
 Targets: log iteration time, log peak memory (NaN where not measured, e.g. the
 vTrain rows) and the oom label. Each graph also carries the row's index into
