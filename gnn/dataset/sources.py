@@ -30,13 +30,13 @@ def module_file(module: str, root: Path = REPO) -> Path | None:
 
 @lru_cache(maxsize=None)
 def imports_of(module: str, root: Path = REPO) -> tuple[str, ...]:
-    """Project modules ``module`` imports anywhere in its file (top level or inside functions, not for type
-    checking only), with the packages on the way to each (importing a.b.c runs a/__init__ and a/b/__init__)."""
+    """Project modules ``module`` imports anywhere in its file (top level or inside functions), with the packages
+    on the way to each (importing a.b.c runs a/__init__ and a/b/__init__)."""
     path = module_file(module, root)
     if path is None:
         return ()
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -48,18 +48,6 @@ def imports_of(module: str, root: Path = REPO) -> tuple[str, ...]:
             parts = name.split(".")
             found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return tuple(sorted(m for m in found if m != module and module_file(m, root) is not None))
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node, less the ``if TYPE_CHECKING:`` blocks: imports for annotations only, never run."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
 
 
 def closure(modules: list[str], root: Path = REPO) -> list[str]:

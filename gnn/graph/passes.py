@@ -233,7 +233,7 @@ class PassCompiler:
         )
         found = self._shared_steps.get(key)
         if found is None:
-            found = self._shared_steps[key] = compile_step(self, stages)
+            found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages)
         return found
 
     def static_bytes(self) -> list[float]:

@@ -3,23 +3,21 @@ pipeline, the optimizer, and ZeRO-1's parameter all-gather."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from gnn.costs.analytic import dtype_bytes, largest_param
+from gnn.costs.pricing import Pricing
+from gnn.graph.memory import StageMemory
 from gnn.graph.template import PassRows, PassTemplate
-
-if TYPE_CHECKING:  # the compiler calls this module: its type only, for the signature
-    from gnn.graph.passes import PassCompiler
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
 
 
-def compile_step(compiler: PassCompiler, stages: tuple[int, ...]) -> PassTemplate:
-    """The rows of a rank's end of iteration (PassCompiler.step says what they depend on)."""
-    plan, w, memory = compiler.plan, compiler.w, compiler.memory
-    rows, last = PassRows(compiler.pricing), None
+def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: tuple[int, ...]) -> PassTemplate:
+    """The rows of a rank's end of iteration on the stages it holds (gnn.graph.passes.PassCompiler.step says what
+    they depend on). ``dp_cross``: the data-parallel group spans nodes."""
+    plan, w = memory.plan, memory.w
+    rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
     if plan.dp > 1 and not plan.fsdp_enabled:
         grad_bytes = params * dtype_bytes(w)
@@ -32,7 +30,7 @@ def compile_step(compiler: PassCompiler, stages: tuple[int, ...]) -> PassTemplat
             count=buckets,
             message_bytes=grad_bytes / buckets,
             group=plan.dp,
-            crosses_node=compiler.dp_cross,
+            crosses_node=dp_cross,
         )
     if memory.pipelined_fsdp():
         # one reduce-scatter of the stages' accumulated gradients, unit by unit: a unit's input copy and its
@@ -47,7 +45,7 @@ def compile_step(compiler: PassCompiler, stages: tuple[int, ...]) -> PassTemplat
             count=units,
             message_bytes=params * dtype_bytes(w) / units,
             group=plan.dp,
-            crosses_node=compiler.dp_cross,
+            crosses_node=dp_cross,
             transient_bytes=unit * (1 + 1 / plan.dp),
         )
     shard = plan.dp if plan.sharding != "none" else 1
@@ -61,7 +59,7 @@ def compile_step(compiler: PassCompiler, stages: tuple[int, ...]) -> PassTemplat
         stages[0],
         flops=10 * params / shard,
         transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w),
-        seconds=compiler.pricing.optimizer_seconds(stages, params / shard),
+        seconds=pricing.optimizer_seconds(stages, params / shard),
     )
     if plan.sharding == "zero1" and plan.dp > 1:
         rows.add(
@@ -71,6 +69,6 @@ def compile_step(compiler: PassCompiler, stages: tuple[int, ...]) -> PassTemplat
             stages[0],
             message_bytes=params * dtype_bytes(w) / plan.dp,
             group=plan.dp,
-            crosses_node=compiler.dp_cross,
+            crosses_node=dp_cross,
         )
     return rows.done(last)

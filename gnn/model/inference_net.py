@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from gnn.model.fused import forward_members
-from gnn.model.physics_base import AnalyticalTimeBase
+from gnn.model.physics_base import offset_from_physics, time_base_for
 from gnn.model.standardize import Standardize
 
 
@@ -53,9 +53,7 @@ class InferenceGNN(nn.Module):
     ):
         super().__init__()
         self.sim_index = sim_index
-        self.time_base = (
-            AnalyticalTimeBase(feature_names) if sim_index is not None and time_base == "analytical" else None
-        )
+        self.time_base = time_base_for(sim_index, time_base, feature_names)
         self.node_norm, self.global_norm = Standardize(node_dim), Standardize(global_dim)
         self.node_in = nn.Linear(node_dim, hidden)
         self.convs = nn.ModuleList(GINELayer(hidden, edge_dim + 1) for _ in range(num_layers))
@@ -63,10 +61,7 @@ class InferenceGNN(nn.Module):
 
     def physics_offset(self, u) -> torch.Tensor:
         """[n_graphs, 3] added to the heads: the log time and log memory the network corrects (0 without physics)."""
-        if self.sim_index is None:
-            return torch.zeros(u.shape[0], 3, dtype=u.dtype, device=u.device)
-        time = self.time_base(u) if self.time_base is not None else u[:, self.sim_index[0]]
-        return torch.stack([time, u[:, self.sim_index[1]], torch.zeros_like(time)], 1)
+        return offset_from_physics(u, self.sim_index, self.time_base)
 
 
 class Member(nn.Module):

@@ -56,3 +56,17 @@ class AnalyticalTimeBase(nn.Module):
         )
         coef = self.coef[(c[:, 6] > 0.5).long()]
         return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()
+
+
+def time_base_for(sim_index: tuple[int, int] | None, time_base: str, feature_names: list[str] | None):
+    """What a network's time head corrects: the fitted analytical model, or None for the raw simulator's time
+    (``time_base="simulator"``) or no physics at all (``sim_index`` None)."""
+    return AnalyticalTimeBase(feature_names) if sim_index is not None and time_base == "analytical" else None
+
+
+def offset_from_physics(u: torch.Tensor, sim_index: tuple[int, int] | None, base: AnalyticalTimeBase | None):
+    """[n_graphs, 3] added to a network's heads: the log time and log memory it corrects (0 without physics)."""
+    if sim_index is None:
+        return torch.zeros(u.shape[0], 3, dtype=u.dtype, device=u.device)
+    time = base(u) if base is not None else u[:, sim_index[0]]
+    return torch.stack([time, u[:, sim_index[1]], torch.zeros_like(time)], 1)
