@@ -14,7 +14,11 @@ the file, line and rule, and leaves the files as they were. The one exception
 is a torn last line with no newline, which is what a kill mid-write leaves: it
 is moved aside to ``<journal>.torn-<time>`` (kept, not deleted) and reported.
 
-One writer per store: ``with store.writing():`` holds an exclusive lock on
+Appends, loads and compactions of any handles, threads or processes, take turns
+on ``<name>.journal.lock``, so a row appended while another handle compacts is
+in the Parquet it writes or in the journal after it, never dropped by the
+truncation, and the Parquet is read through one open handle, never half the old
+file and half the new. One writer per store: ``with store.writing():`` holds an exclusive lock on
 ``<name>.lock`` (released by the OS if the process dies), and a second writer is
 refused with StoreBusyError. A write that fails (a full or read-only disk)
 raises StoreWriteError naming the path; what was stored before stays stored.
@@ -87,9 +91,28 @@ class ResultStore:
         finally:
             os.close(fd)  # releases the lock
 
+    @contextlib.contextmanager
+    def _turn(self, *, required: bool = True):
+        """Hold the journal lock for one append, load or compaction (blocking; released on close or death).
+
+        A reader of a read-only store (a checkout it may not write) reads without it: nobody writes there."""
+        path = self.parquet_path.with_suffix(".journal.lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if required:
+                raise StoreWriteError(f"cannot write {path}: {exc.strerror}") from exc
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def append(self, row: dict) -> None:
         line = json.dumps(row, default=_json_default, separators=(",", ":")) + "\n"
-        with _writing_to(self.journal_path):
+        with self._turn(), _writing_to(self.journal_path):
             fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 data = line.encode()
@@ -101,10 +124,15 @@ class ResultStore:
                 os.close(fd)
 
     def load(self) -> pd.DataFrame:
+        with self._turn(required=False):
+            return self._load()
+
+    def _load(self) -> pd.DataFrame:
         frames = []
         if self.parquet_path.exists():
             try:
-                frames.append(pd.read_parquet(self.parquet_path))
+                with open(self.parquet_path, "rb") as f:  # one inode, even if a compaction renames over the path
+                    frames.append(pd.read_parquet(f))
             except Exception as exc:
                 raise CorruptResultsError(
                     f"{self.parquet_path}: unreadable Parquet ({exc}); "
@@ -130,7 +158,11 @@ class ResultStore:
         return set(df.loc[df["status"].isin(["ok", "oom"]), KEY]) if len(df) else set()
 
     def compact(self) -> pd.DataFrame:
-        df = self.load()
+        with self._turn():
+            return self._compact()
+
+    def _compact(self) -> pd.DataFrame:
+        df = self._load()
         if len(df) == 0:
             return df
         with _writing_to(self.parquet_path), self._temporary() as tmp:

@@ -124,6 +124,7 @@ def test_concurrent_compactions_share_no_temporary_file(tmp_path):
         t.join()
     assert not errors
     assert not list(tmp_path.glob("*.tmp"))
+    assert sorted(stores[0].load()["measurement_id"]) == sorted(f"m{k}" for k in [*range(25), *range(100, 125)])
 
 
 def test_a_full_disk_is_one_error_naming_the_path_and_keeps_what_was_stored(tmp_path):
