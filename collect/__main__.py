@@ -3,6 +3,7 @@
     python -m collect measure SPEC.json            # one plan, prints its row as JSON
     python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
     python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
+    python -m collect workload --hf-config config.json --seq-len 4096 --micro-batch-size 1 --global-batch-size 256
 
 SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
 field names of collect.schema. Invalid input is reported, field by field,
@@ -21,13 +22,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from collect.hardware.take import MAX_MESSAGE_BYTES, take_fingerprint
-from collect.inputs import InputError, load_model, local_problems, validation_lines
+from collect.inputs import InputError, load_model, local_problems, read_json, validation_lines
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.launch.run import SweepRunner
 from collect.launch.torchrun import run_under_torchrun, under_torchrun
 from collect.measure.plan import MeasureSettings
-from collect.schema import RunSpec
+from collect.schema import RunSpec, Workload
+from collect.schema.hf import hf_fields
 from collect.store import CorruptResultsError, StoreBusyError, StoreWriteError
 from collect.sweep import SweepSpec
 
@@ -69,6 +71,21 @@ def cmd_fingerprint(args) -> None:
         print(take_fingerprint(pools, args.max_bytes or MAX_MESSAGE_BYTES, Path(args.hardware), socket.gethostname()))
 
 
+def cmd_workload(args) -> None:
+    config = read_json(args.hf_config)
+    batch = {"micro_batch_size": args.micro_batch_size, "global_batch_size": args.global_batch_size}
+    try:
+        workload = Workload.from_hf_config(config, seq_len=args.seq_len, dtype=args.dtype, **batch)
+    except ValidationError as exc:
+        raise InputError(
+            "\n".join([f"error: {args.hf_config} is not a workload plansight covers:", *validation_lines(exc)])
+        ) from None
+    for note in hf_fields(config, args.seq_len)[1]:
+        print(f"note: {note}", file=sys.stderr)
+    dump = workload.model_dump(mode="json", exclude_defaults=True)
+    print(json.dumps({"family": workload.family, **dump}, indent=1))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m collect", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +118,13 @@ def main(argv=None) -> None:
     f.add_argument("--max-bytes", type=int, default=None, help="largest collective message (default 64 MiB)")
     f.add_argument("--hardware", default="data/hardware")
     f.set_defaults(fn=cmd_fingerprint)
+    w = sub.add_parser("workload", help="print the Workload JSON of a Hugging Face config.json")
+    w.add_argument("--hf-config", required=True, help="a config.json (Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE)")
+    w.add_argument("--seq-len", type=int, required=True)
+    w.add_argument("--micro-batch-size", type=int, default=1)
+    w.add_argument("--global-batch-size", type=int, required=True)
+    w.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    w.set_defaults(fn=cmd_workload)
     args = parser.parse_args(argv)
     try:
         args.fn(args)

@@ -31,7 +31,7 @@ def module_file(module: str, root: Path = REPO) -> Path | None:
 @lru_cache(maxsize=None)
 def imports_of(module: str, root: Path = REPO) -> tuple[str, ...]:
     """Project modules ``module`` imports anywhere in its file (top level or inside functions), with the packages
-    on the way to each (importing a.b.c runs a/__init__ and a/b/__init__)."""
+    on the way to each (importing a.b.c runs a/__init__ and a/b/__init__) but its own: those ran before it did."""
     path = module_file(module, root)
     if path is None:
         return ()
@@ -47,7 +47,9 @@ def imports_of(module: str, root: Path = REPO) -> tuple[str, ...]:
         for name in names:
             parts = name.split(".")
             found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return tuple(sorted(m for m in found if m != module and module_file(m, root) is not None))
+    parts = module.split(".")
+    own = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return tuple(sorted(m for m in found - own if module_file(m, root) is not None))
 
 
 def closure(modules: list[str], root: Path = REPO) -> list[str]:

@@ -30,7 +30,7 @@ def test_valid_spec_and_derived_properties():
             {"dp": 2, "tp": 2},
             2,
             {"global_batch_size": 4},
-            "plan.dp (2) * plan.tp (2) * plan.pp (1) = 4 != cluster world size",
+            "plan.dp (2) * plan.cp (1) * plan.tp (2) * plan.pp (1) = 4 != cluster world size",
         ),
         ({"tp": 3}, 3, {}, "workload.heads (4) must be divisible by plan.tp (3): 4 % 3 = 1"),
         ({"tp": 2}, 2, {"vocab": 129}, "workload.vocab (129) must be divisible by plan.tp (2)"),
@@ -105,7 +105,11 @@ def test_every_problem_is_reported_at_once():
 @pytest.mark.parametrize(
     "model, data, field",
     [
-        (Workload, {**TINY, "global_batch_size": 2, "hidden": 66}, "hidden (66) must be divisible by heads (4)"),
+        (
+            Workload,
+            {**TINY, "global_batch_size": 2, "hidden": 66},
+            "hidden (66) must be divisible by workload.heads (4)",
+        ),
         (Workload, {**TINY, "global_batch_size": 2, "layers": 0}, "layers"),
         (Workload, {**TINY, "global_batch_size": 2, "dtype": "float8"}, "dtype"),
         (Plan, {"dp": 1, "sharding": "zero3"}, "sharding"),

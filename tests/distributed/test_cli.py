@@ -48,5 +48,5 @@ def test_invalid_spec_is_rejected_before_any_process_starts(tmp_path):
     bad = {**SPEC, "plan": {"dp": 2, "tp": 2}}
     proc = _run(tmp_path, bad)
     assert proc.returncode != 0
-    assert "plan.dp (2) * plan.tp (2) * plan.pp (1) = 4 != cluster world size" in proc.stderr
+    assert "plan.dp (2) * plan.cp (1) * plan.tp (2) * plan.pp (1) = 4 != cluster world size" in proc.stderr
     assert "Traceback" not in proc.stderr

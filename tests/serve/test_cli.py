@@ -39,7 +39,7 @@ def test_bad_spec_exits_2_naming_the_field(predictor_path, tmp_path):
     spec = tmp_path / "bad.json"
     spec.write_text(json.dumps({"workload": {**WORKLOAD, "hidden": 1000}, "cluster": CLUSTER, "plans": PLANS}))
     out = _run("predict", str(spec), "--model", str(predictor_path))
-    assert out.returncode == 2 and "hidden (1000) must be divisible by heads (16)" in out.stderr
+    assert out.returncode == 2 and "hidden (1000) must be divisible by workload.heads (16)" in out.stderr
     missing = _run("predict", str(tmp_path / "nope.json"), "--model", str(predictor_path))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 

@@ -1,0 +1,193 @@
+"""RunSpec binds a workload, a plan and a cluster, and checks them together.
+
+Every cross-field check is here, in one place (like torchtitan's
+``ParallelDims._validate``), and each message shows its arithmetic.
+``plan_problems``: what makes a combination impossible. ``collect_problems``:
+what the collector cannot measure (predicted only), with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import model_validator
+
+from collect.schema.choices import Strict
+from collect.schema.plan import Cluster, Plan
+from collect.schema.workload import LATER_FIELDS, Workload
+
+# Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
+_LATER_FIELDS = {
+    "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
+    "plan": {k: Plan.model_fields[k].default for k in ("cp", "ep", "float8_all_gather")},
+}
+
+
+class RunSpec(Strict):
+    """One (workload, plan, cluster) point: the unit that is measured and predicted."""
+
+    workload: Workload
+    plan: Plan
+    cluster: Cluster
+
+    @model_validator(mode="after")
+    def _validate(self) -> "RunSpec":
+        problems = plan_problems(self.workload, self.plan, self.cluster)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def run_id(self) -> str:
+        """Stable content hash: identical specs get identical ids on any machine."""
+        dump = self.model_dump(mode="json")
+        for part, defaults in _LATER_FIELDS.items():
+            dump[part] = {k: v for k, v in dump[part].items() if k not in defaults or v != defaults[k]}
+        canonical = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def plan_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
+    """Every reason this combination cannot run, each naming fields and arithmetic."""
+    problems = []
+    if p.world_size != c.world_size:
+        problems.append(
+            f"plan.dp ({p.dp}) * plan.cp ({p.cp}) * plan.tp ({p.tp}) * plan.pp ({p.pp}) = {p.world_size} != "
+            f"cluster world size nodes ({c.nodes}) * devices_per_node ({c.devices_per_node}) = {c.world_size}"
+        )
+    problems += _tp_problems(w, p)
+    problems += _pp_problems(w, p)
+    problems += _cp_problems(w, p)
+    problems += _ep_problems(w, p)
+    problems += _float8_problems(w, p, c)
+    samples = p.dp * w.micro_batch_size * p.num_microbatches
+    if samples != w.global_batch_size:
+        problems.append(
+            f"workload.global_batch_size ({w.global_batch_size}) != plan.dp ({p.dp}) * "
+            f"workload.micro_batch_size ({w.micro_batch_size}) * plan.num_microbatches "
+            f"({p.num_microbatches}) = {samples}"
+        )
+    if w.dtype == "float16" and c.device == "cpu":
+        problems.append("workload.dtype 'float16' is not supported for training on device 'cpu'; use bfloat16")
+    return problems
+
+
+def _tp_problems(w: Workload, p: Plan) -> list[str]:
+    problems = []
+    widths = [("heads", w.heads), ("hidden", w.hidden), ("vocab", w.vocab)]
+    if w.family != "gpt":  # Megatron and torchtitan split key/value heads, never share one over tp ranks
+        widths += [("kv_heads", w.n_kv_heads), ("ffn_hidden", w.dense_ffn)]
+    if w.family == "moe":  # experts are split over tp like a dense MLP (Megatron's default expert_tensor_parallel)
+        widths += [("expert_ffn_hidden", w.expert_ffn_hidden)]
+    for name, value in widths:
+        if value % p.tp:
+            problems.append(
+                f"workload.{name} ({value}) must be divisible by plan.tp ({p.tp}): {value} % {p.tp} = {value % p.tp}"
+            )
+    if p.sequence_parallel and not p.tp_enabled:
+        problems.append("plan.sequence_parallel needs plan.tp > 1")
+    if p.sequence_parallel and w.seq_len % p.tp:
+        problems.append(f"workload.seq_len ({w.seq_len}) must be divisible by plan.tp ({p.tp}) with sequence_parallel")
+    if p.sharding == "none" and p.tp_enabled and p.dp_enabled:
+        # DDP flattens gradients into plain buckets and cannot hold DTensor parameters
+        # (torchtitan refuses the same combination); FSDP2 composes with TP.
+        problems.append(
+            "plan.sharding 'none' (DDP) cannot be combined with plan.tp > 1 and plan.dp > 1 "
+            "(DDP does not support DTensor parameters); use fsdp_grad_op for dp x tp"
+        )
+    if p.sharding == "zero1" and p.tp_enabled:
+        # ZeroRedundancyOptimizer partitions and broadcasts plain tensors; it cannot
+        # hold DTensor parameters, so ZeRO-1 composes with dp and pp only.
+        problems.append(
+            "plan.sharding 'zero1' cannot be combined with plan.tp > 1 "
+            "(ZeroRedundancyOptimizer does not support DTensor parameters); use fsdp_grad_op"
+        )
+    return problems
+
+
+def _pp_problems(w: Workload, p: Plan) -> list[str]:
+    problems = []
+    if not p.pp_enabled:
+        if p.pp_schedule is not None:
+            problems.append(f"plan.pp_schedule ({p.pp_schedule!r}) needs plan.pp > 1; leave it unset when pp = 1")
+        if p.virtual_stages != 1:
+            problems.append(f"plan.virtual_stages ({p.virtual_stages}) needs plan.pp > 1")
+        return problems
+    interleaved = p.interleaved
+    if interleaved and p.virtual_stages < 2:
+        problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
+    if not interleaved and p.virtual_stages != 1:
+        problems.append(f"plan.virtual_stages ({p.virtual_stages}) > 1 needs pp_schedule 'interleaved_1f1b'")
+    if w.layers % p.num_stages:
+        problems.append(
+            f"workload.layers ({w.layers}) must be divisible by plan.pp ({p.pp}) * plan.virtual_stages "
+            f"({p.virtual_stages}) = {p.num_stages}: {w.layers} % {p.num_stages} = {w.layers % p.num_stages}"
+        )
+    if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
+        problems.append(
+            f"plan.pp_schedule '1f1b' needs plan.num_microbatches ({p.num_microbatches}) >= plan.pp ({p.pp})"
+        )
+    if interleaved and p.num_microbatches % p.pp:
+        problems.append(
+            f"plan.pp_schedule 'interleaved_1f1b' needs plan.num_microbatches ({p.num_microbatches}) "
+            f"divisible by plan.pp ({p.pp}): {p.num_microbatches} % {p.pp} = {p.num_microbatches % p.pp}"
+        )
+    return problems
+
+
+def _cp_problems(w: Workload, p: Plan) -> list[str]:
+    if not p.cp_enabled:
+        return []
+    # the ring balances causal attention by giving each rank two of 2 x cp chunks (first and last)
+    chunks = 2 * p.cp * (p.tp if p.sequence_parallel else 1)
+    if w.seq_len % chunks == 0:
+        return []
+    by = f"2 * plan.cp ({p.cp})" + (f" * plan.tp ({p.tp}) with sequence_parallel" if p.sequence_parallel else "")
+    return [
+        f"workload.seq_len ({w.seq_len}) must be divisible by {by} = {chunks}: {w.seq_len} % {chunks} = "
+        f"{w.seq_len % chunks}"
+    ]
+
+
+def _ep_problems(w: Workload, p: Plan) -> list[str]:
+    if not p.ep_enabled:
+        return []
+    if w.family != "moe":
+        return [f"plan.ep ({p.ep}) > 1 needs a mixture-of-experts workload (family 'moe'), not {w.family!r}"]
+    problems = []
+    if w.experts % p.ep:
+        problems.append(
+            f"workload.experts ({w.experts}) must be divisible by plan.ep ({p.ep}): {w.experts} % {p.ep} = "
+            f"{w.experts % p.ep}"
+        )
+    borrowed = p.dp * p.cp
+    if borrowed % p.ep:
+        problems.append(
+            f"plan.ep ({p.ep}) borrows its ranks from plan.dp ({p.dp}) * plan.cp ({p.cp}) = {borrowed}, "
+            f"which it must divide: {borrowed} % {p.ep} = {borrowed % p.ep}"
+        )
+    return problems
+
+
+def _float8_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
+    problems = []
+    if w.float8 != "none" and c.device == "cpu":
+        problems.append(f"workload.float8 ({w.float8!r}) needs GPUs with FP8 matmuls (H100, H200, B200), not 'cpu'")
+    if p.float8_all_gather and not (w.float8 == "tensorwise" and p.fsdp_enabled):
+        problems.append(
+            "plan.float8_all_gather needs workload.float8 'tensorwise' and an FSDP sharding "
+            f"(got float8 {w.float8!r}, sharding {p.sharding!r})"
+        )
+    return problems
+
+
+def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
+    """What the collector cannot measure, on any machine, though the plan can be predicted: each with why."""
+    problems = []
+    if w.float8 != "none":
+        problems.append(
+            f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "
+            "(no FP8 hardware to check it on)"
+        )
+    return problems

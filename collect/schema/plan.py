@@ -1,0 +1,122 @@
+"""How a workload is parallelised (Plan) and where it runs (Cluster)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from collect.schema.choices import PipelineSchedule, Recompute, Sharding, Strict
+
+
+class Plan(Strict):
+    """How a workload is parallelised."""
+
+    dp: int = Field(default=1, ge=1)
+    """Data-parallel degree."""
+    tp: int = Field(default=1, ge=1)
+    """Tensor-parallel degree (Megatron column/row split of attention and MLP)."""
+    pp: int = Field(default=1, ge=1)
+    """Pipeline-parallel degree (number of ranks in a pipeline)."""
+    sharding: Sharding = "none"
+    """How data-parallel replicas hold state: DDP, ZeRO-1 optimizer sharding,
+    FSDP2 without reshard after forward (ZeRO-2-like), or full FSDP (ZeRO-3)."""
+    recompute: Recompute = "none"
+    """Activation checkpointing per block: none, selective (save matmul outputs
+    only), or full."""
+    pp_schedule: PipelineSchedule | None = None
+    """Pipeline schedule; required when pp > 1 (defaults to 1f1b), None when pp = 1."""
+    virtual_stages: int = Field(default=1, ge=1)
+    """Model chunks per pipeline rank; > 1 only with interleaved_1f1b."""
+    num_microbatches: int = Field(default=1, ge=1)
+    """Micro-batches per optimizer step (pipeline depth or gradient accumulation)."""
+    sequence_parallel: bool = False
+    """Shard norms and residual activations along the sequence over the tp axis."""
+    cp: int = Field(default=1, ge=1)
+    """Context-parallel degree: each sample's sequence is split over cp ranks, attention runs as a ring
+    passing key/value shards (torch's context_parallel); its own mesh axis between dp and tp."""
+    ep: int = Field(default=1, ge=1)
+    """Expert-parallel degree (moe): the experts of a layer are split over ep ranks, tokens reach them by
+    all-to-all; ep borrows its ranks from the dp x cp ranks (as torchtitan's dp_shard_in_ep), adding none."""
+    float8_all_gather: bool = False
+    """With workload.float8 'tensorwise' and FSDP: parameters are cast to FP8 before FSDP gathers them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_schedule(cls, data):
+        # before field validation: pp may be anything here, and a bad one is the field check's to report
+        pp = data.get("pp", 1) if isinstance(data, dict) else None
+        pp = int(pp) if isinstance(pp, str) and pp.strip().isdigit() and len(pp) < 10 else pp
+        if isinstance(pp, int) and pp > 1 and data.get("pp_schedule") is None:
+            data = {**data, "pp_schedule": "1f1b"}
+        return data
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def num_stages(self) -> int:
+        return self.pp * self.virtual_stages
+
+    @property
+    def tp_enabled(self) -> bool:
+        return self.tp > 1
+
+    @property
+    def pp_enabled(self) -> bool:
+        return self.pp > 1
+
+    @property
+    def dp_enabled(self) -> bool:
+        return self.dp > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        return self.cp > 1
+
+    @property
+    def ep_enabled(self) -> bool:
+        return self.ep > 1
+
+    @property
+    def fsdp_enabled(self) -> bool:
+        """Parameters are wrapped by FSDP2 (fsdp_grad_op or fsdp_full); its hooks run even at dp = 1."""
+        return self.sharding in ("fsdp_grad_op", "fsdp_full")
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FSDP frees each block's gathered parameters after its forward and gathers them again for the
+        backward (fsdp_full, ZeRO-3); fsdp_grad_op keeps them (ZeRO-2-like)."""
+        return self.sharding == "fsdp_full"
+
+    @property
+    def interleaved(self) -> bool:
+        return self.pp_schedule == "interleaved_1f1b"
+
+
+class Cluster(Strict):
+    """Where the plan runs."""
+
+    nodes: int = Field(default=1, ge=1)
+    """Number of machines."""
+    devices_per_node: int = Field(ge=1)
+    """Ranks per machine (GPUs, or CPU processes here)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Torch device type of every rank."""
+    device_kind: str = "cpu"
+    """What the device is (e.g. cpu, a100-80gb); names a hardware preset where one exists."""
+    memory_bytes: int = Field(ge=1)
+    """Per-device memory capacity; a plan whose peak exceeds it is labelled oom."""
+    backend: Literal["gloo", "nccl"] = "gloo"
+    """torch.distributed backend."""
+
+    @model_validator(mode="after")
+    def _backend_matches_device(self) -> "Cluster":
+        if self.backend == "nccl" and self.device != "cuda":
+            raise ValueError(f"backend 'nccl' needs device 'cuda', got device {self.device!r}")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node

@@ -1,0 +1,198 @@
+"""What is trained: a model of one family and its batch.
+
+Three families. ``gpt``: GPT-2 style (multi-head attention, 4h GELU MLP with
+biases, LayerNorm, learned positions, untied head), collect.workloads.gpt.
+``llama``: grouped-query attention, SwiGLU MLP of its own width, RMSNorm,
+rotary positions, no biases, tied or untied embeddings (Llama 3, Mistral,
+Qwen). ``moe``: a llama block whose MLP is a mixture of experts on some or all
+layers (Mixtral, Qwen3-MoE, DeepSeek-V3 shaped): a linear router picks top_k of
+``experts`` SwiGLU experts per token, plus ``shared_experts`` every token goes
+through. Routing drops no token; how evenly tokens spread over the experts is
+``expert_imbalance`` (1.0: perfectly even, the assumption unless stated).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from collect.schema.choices import DType, Family, Float8, Strict
+from collect.schema.hf import hf_fields
+
+# Fields that belong to one family only: any other family must leave them unset.
+_LLAMA_FIELDS = ("kv_heads", "head_dim", "ffn_hidden", "tied_embeddings")
+_MOE_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "first_dense_layers", "moe_every")
+# Fields that came after the GPT family's data was collected (collect.schema.checks keeps its run ids stable)
+LATER_FIELDS = (*_LLAMA_FIELDS, *_MOE_FIELDS, "expert_imbalance", "float8")
+
+
+class Workload(Strict):
+    """A model and its batch."""
+
+    family: Family = "gpt"
+    """Model family: gpt, llama or moe (see the module docstring)."""
+    layers: int = Field(ge=1)
+    """Number of transformer blocks."""
+    hidden: int = Field(ge=1)
+    """Model width d."""
+    heads: int = Field(ge=1)
+    """Query heads."""
+    seq_len: int = Field(ge=1)
+    """Tokens per sample."""
+    vocab: int = Field(ge=2)
+    """Vocabulary size."""
+    micro_batch_size: int = Field(ge=1)
+    """Samples per micro-batch on one data-parallel replica."""
+    global_batch_size: int = Field(ge=1)
+    """Samples per optimizer step over all replicas and micro-batches."""
+    dtype: DType = "float32"
+    """Parameter and activation dtype."""
+    kv_heads: int | None = Field(default=None, ge=1)
+    """llama/moe: key/value heads (grouped-query attention); unset: as many as heads."""
+    head_dim: int | None = Field(default=None, ge=1)
+    """llama/moe: width of one head; unset: hidden / heads."""
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    """llama/moe: SwiGLU width of a dense MLP (moe: of its dense layers, if any)."""
+    tied_embeddings: bool = False
+    """llama/moe: the LM head reuses the token embedding's weight."""
+    experts: int | None = Field(default=None, ge=1)
+    """moe: routed experts per MoE layer."""
+    top_k: int | None = Field(default=None, ge=1)
+    """moe: routed experts each token goes through."""
+    expert_ffn_hidden: int | None = Field(default=None, ge=1)
+    """moe: SwiGLU width of one expert."""
+    shared_experts: int = Field(default=0, ge=0)
+    """moe: experts of expert_ffn_hidden width every token goes through (DeepSeek style)."""
+    first_dense_layers: int = Field(default=0, ge=0)
+    """moe: leading layers with a dense MLP instead (DeepSeek-V3: 3)."""
+    moe_every: int = Field(default=1, ge=1)
+    """moe: after the dense ones, every moe_every-th layer is MoE (1: all; 2: every other)."""
+    expert_imbalance: float = Field(default=1.0, ge=1.0)
+    """moe: tokens of the busiest expert-parallel rank over the mean (1.0: routing perfectly even)."""
+    float8: Float8 = "none"
+    """FP8 training as torchao's float8 does it: FP8 GEMMs with tensorwise or rowwise scaling, bfloat16 elsewhere."""
+
+    @model_validator(mode="after")
+    def _family_fields(self) -> "Workload":
+        problems = _family_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_hf_config(cls, data):
+        """``{"hf_config": {config.json's content}, "seq_len": ..., batch fields}``: the fields the config gives,
+        in bfloat16 unless dtype is given; fields given beside it win over the config's."""
+        if isinstance(data, dict) and "hf_config" in data:
+            rest = {k: v for k, v in data.items() if k != "hf_config"}
+            seq_len = rest.get("seq_len")
+            fields, _notes = hf_fields(data["hf_config"], seq_len if isinstance(seq_len, int) else None)
+            data = {**fields, "dtype": "bfloat16", **rest}
+        return data
+
+    @classmethod
+    def from_hf_config(cls, config: dict, **fields) -> "Workload":
+        """The workload of a Hugging Face config.json's content plus seq_len and the batch fields
+        (collect.schema.hf says which architectures are covered)."""
+        return cls(hf_config=config, **fields)
+
+    # --- derived sizes, one definition each ------------------------------------------------------------------------
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def dense_ffn(self) -> int:
+        """Width of a dense MLP: 4 hidden for GPT, ffn_hidden otherwise (0: a MoE model without dense layers)."""
+        return 4 * self.hidden if self.family == "gpt" else self.ffn_hidden or 0
+
+    @property
+    def moe_layers(self) -> int:
+        """How many of the layers are MoE."""
+        if self.family != "moe":
+            return 0
+        rest = max(self.layers - self.first_dense_layers, 0)
+        return rest // self.moe_every
+
+    def layer_params(self, moe: bool) -> int:
+        """Parameters of one dense (moe False) or MoE layer."""
+        d = self.hidden
+        if self.family == "gpt":
+            return 12 * d * d + 13 * d  # qkv+proj+mlp weights and biases, two LayerNorms
+        q, kv = self.heads * self.head_size, self.n_kv_heads * self.head_size
+        attention = d * q + 2 * d * kv + q * d
+        if not moe:
+            return attention + 3 * d * self.dense_ffn + 2 * d  # SwiGLU's three matrices, two RMSNorms
+        experts = (self.experts + self.shared_experts) * 3 * d * self.expert_ffn_hidden
+        return attention + d * self.experts + experts + 2 * d  # the router is one d x experts matrix
+
+    @property
+    def num_params(self) -> int:
+        """Exact parameter count of the family's model in collect.workloads."""
+        d, v = self.hidden, self.vocab
+        moe = self.moe_layers
+        blocks = (self.layers - moe) * self.layer_params(False) + (moe * self.layer_params(True) if moe else 0)
+        if self.family == "gpt":
+            return blocks + 2 * v * d + self.seq_len * d + 2 * d  # untied head, learned positions, final LayerNorm
+        return blocks + (1 if self.tied_embeddings else 2) * v * d + d
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token goes through: the routed experts it is not sent to left out."""
+        if self.family != "moe":
+            return self.num_params
+        return (
+            self.num_params - self.moe_layers * (self.experts - self.top_k) * 3 * self.hidden * self.expert_ffn_hidden
+        )
+
+
+def _family_problems(w: Workload) -> list[str]:
+    problems = []
+    foreign = [f for f in _LLAMA_FIELDS if w.family == "gpt" and _is_set(w, f)]
+    foreign += [f for f in _MOE_FIELDS + ("expert_imbalance",) if w.family != "moe" and _is_set(w, f)]
+    problems += [f"workload.{f} is not a field of family {w.family!r}" for f in foreign]
+    if w.head_dim is None and w.hidden % w.heads:
+        problems.append(
+            f"workload.hidden ({w.hidden}) must be divisible by workload.heads ({w.heads}): "
+            f"{w.hidden} % {w.heads} = {w.hidden % w.heads}"
+        )
+    if w.heads % w.n_kv_heads:
+        problems.append(
+            f"workload.heads ({w.heads}) must be divisible by workload.kv_heads ({w.n_kv_heads}): "
+            f"{w.heads} % {w.n_kv_heads} = {w.heads % w.n_kv_heads}"
+        )
+    if w.family == "llama" and w.ffn_hidden is None:
+        problems.append("workload.ffn_hidden is required for family 'llama' (the SwiGLU width)")
+    if w.family == "moe":
+        problems += _moe_problems(w)
+    if w.float8 != "none" and w.dtype != "bfloat16":
+        problems.append(f"workload.float8 ({w.float8!r}) trains in bfloat16 around its FP8 GEMMs: set dtype 'bfloat16'")
+    return problems
+
+
+def _is_set(w: Workload, field: str) -> bool:
+    return getattr(w, field) != Workload.model_fields[field].default
+
+
+def _moe_problems(w: Workload) -> list[str]:
+    missing = [f for f in ("experts", "top_k", "expert_ffn_hidden") if getattr(w, f) is None]
+    if missing:
+        return [f"workload.{f} is required for family 'moe'" for f in missing]
+    problems = []
+    if w.top_k > w.experts:
+        problems.append(f"workload.top_k ({w.top_k}) must be at most workload.experts ({w.experts})")
+    if w.moe_layers == 0:
+        problems.append(
+            f"workload has no MoE layer: (layers ({w.layers}) - first_dense_layers ({w.first_dense_layers})) "
+            f"// moe_every ({w.moe_every}) = 0"
+        )
+    if w.moe_layers < w.layers and w.ffn_hidden is None:
+        problems.append(
+            f"workload.ffn_hidden is required: {w.layers - w.moe_layers} of the {w.layers} layers have a dense MLP"
+        )
+    return problems

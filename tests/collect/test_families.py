@@ -1,0 +1,116 @@
+"""The llama and moe families in the schema: exact parameter counts, validation that shows its arithmetic,
+run ids that stay what they were for the GPT rows collected before the families existed."""
+
+import pytest
+from pydantic import ValidationError
+
+from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
+
+BATCH = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8}
+LLAMA3_8B = dict(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
+MIXTRAL_8X7B = dict(
+    family="moe", layers=32, hidden=4096, heads=32, kv_heads=8, experts=8, top_k=2, expert_ffn_hidden=14336, vocab=32000
+)
+
+
+def test_llama3_8b_parameter_count_by_hand():
+    # per layer: q and o 4096^2 each, k and v 4096 x (8 x 128) each, SwiGLU 3 x 4096 x 14336, two RMSNorms 4096
+    per_layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    by_hand = 32 * per_layer + 2 * 128256 * 4096 + 4096  # untied embedding and head, final norm
+    w = Workload(**LLAMA3_8B, **BATCH)
+    assert w.num_params == by_hand == 8_030_261_248
+    assert w.active_params == w.num_params
+
+
+def test_mixtral_8x7b_parameter_count_by_hand():
+    per_layer = 2 * 4096**2 + 2 * 4096 * 1024 + 8 * 3 * 4096 * 14336 + 4096 * 8 + 2 * 4096  # router: 4096 x 8
+    w = Workload(**MIXTRAL_8X7B, **BATCH)
+    assert w.num_params == 32 * per_layer + 2 * 32000 * 4096 + 4096 == 46_702_792_704
+    # two of eight experts per token: Mixtral's published 12.9B active parameters
+    assert round(w.active_params / 1e9, 1) == 12.9
+
+
+def test_tied_embeddings_and_dense_leading_layers_change_the_count():
+    tied = Workload(**{**LLAMA3_8B, "tied_embeddings": True}, **BATCH)
+    assert Workload(**LLAMA3_8B, **BATCH).num_params - tied.num_params == 128256 * 4096
+    mixed = Workload(**MIXTRAL_8X7B, ffn_hidden=14336, first_dense_layers=2, moe_every=2, **BATCH)
+    assert mixed.moe_layers == 15  # layers 3, 5, ..., 31 of the 30 after the two dense ones
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({**LLAMA3_8B, "kv_heads": 5}, "workload.heads (32) must be divisible by workload.kv_heads (5): 32 % 5 = 2"),
+        ({**LLAMA3_8B, "ffn_hidden": None}, "workload.ffn_hidden is required for family 'llama'"),
+        ({**MIXTRAL_8X7B, "top_k": 9}, "workload.top_k (9) must be at most workload.experts (8)"),
+        ({**MIXTRAL_8X7B, "experts": None}, "workload.experts is required for family 'moe'"),
+        ({**MIXTRAL_8X7B, "moe_every": 2}, "ffn_hidden is required: 16 of the 32 layers have a dense MLP"),
+        ({**LLAMA3_8B, "experts": 8}, "workload.experts is not a field of family 'llama'"),
+        ({**LLAMA3_8B, "family": "gpt"}, "workload.kv_heads is not a field of family 'gpt'"),
+        ({**LLAMA3_8B, "float8": "rowwise"}, "set dtype 'bfloat16'"),
+    ],
+)
+def test_family_fields_are_checked_by_name(fields, expected):
+    with pytest.raises(ValidationError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        Workload(**fields, **BATCH)
+
+
+def _spec_problems(workload: dict, plan: dict, world: int, device: str = "cuda") -> str:
+    cluster = Cluster(devices_per_node=world, memory_bytes=80 * 2**30, device=device, backend="gloo")
+    with pytest.raises(ValidationError) as info:
+        RunSpec(workload=Workload(**workload), plan=Plan(**plan), cluster=cluster)
+    return str(info.value)
+
+
+def test_plan_checks_show_the_arithmetic_for_tp_ep_and_cp():
+    llama = {**LLAMA3_8B, **BATCH, "global_batch_size": 1}
+    assert "workload.kv_heads (8) must be divisible by plan.tp (16): 8 % 16 = 8" in _spec_problems(
+        llama, {"tp": 16}, 16
+    )
+    moe = {**MIXTRAL_8X7B, **BATCH, "global_batch_size": 2}
+    assert "workload.experts (8) must be divisible by plan.ep (3)" in _spec_problems(moe, {"dp": 2, "ep": 3}, 2)
+    assert "borrows its ranks from plan.dp (2) * plan.cp (1) = 2, which it must divide: 2 % 4 = 2" in _spec_problems(
+        moe, {"dp": 2, "ep": 4}, 2
+    )
+    assert "plan.ep (2) > 1 needs a mixture-of-experts workload" in _spec_problems(
+        {**llama, "global_batch_size": 2}, {"dp": 2, "ep": 2}, 2
+    )
+    odd = {**llama, "seq_len": 4100}
+    assert "workload.seq_len (4100) must be divisible by 2 * plan.cp (4) = 8: 4100 % 8 = 4" in _spec_problems(
+        odd, {"cp": 4}, 4
+    )
+    fp8 = {**llama, "dtype": "bfloat16", "float8": "tensorwise"}
+    assert "needs GPUs with FP8 matmuls" in _spec_problems(fp8, {}, 1, device="cpu")
+
+
+def test_context_and_expert_parallel_ranks_count_in_the_world_size():
+    moe = Workload(**MIXTRAL_8X7B, **{**BATCH, "global_batch_size": 2})
+    plan = Plan(dp=2, cp=2, tp=2, ep=4, sharding="fsdp_grad_op")
+    spec = RunSpec(workload=moe, plan=plan, cluster=Cluster(devices_per_node=8, memory_bytes=2**36, device="cuda"))
+    assert spec.plan.world_size == 8  # ep borrows from dp x cp: no ranks of its own
+
+
+def test_float8_is_predicted_but_not_collected():
+    w = Workload(**LLAMA3_8B, **BATCH, dtype="bfloat16", float8="rowwise")
+    problems = collect_problems(w, Plan(dp=8), Cluster(devices_per_node=8, memory_bytes=2**36, device="cuda"))
+    assert problems and "predicted only" in problems[0]
+
+
+def test_gpt_run_ids_do_not_move_when_fields_are_added():
+    spec = RunSpec.model_validate(
+        {
+            "workload": {
+                "layers": 2,
+                "hidden": 64,
+                "heads": 2,
+                "seq_len": 64,
+                "vocab": 256,
+                "micro_batch_size": 1,
+                "global_batch_size": 2,
+            },
+            "plan": {"dp": 2},
+            "cluster": {"devices_per_node": 2, "memory_bytes": 2**30},
+        }
+    )
+    # the id this spec had before the llama and moe fields, cp and ep existed (main at 0e86758)
+    assert spec.run_id == "85adf0741f1b8dc9"
