@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from collect.schema import RunSpec
+from collect.schema import RunSpec, collect_problems
 
 MAX_INPUT_BYTES = 64 * 2**20
 
@@ -70,7 +70,7 @@ def local_problems(spec: RunSpec, memory_bytes: int | None = None) -> list[str]:
     """What the local pool (CPU ranks over gloo on this machine) cannot honour, on top of plan_problems: GPU
     plans are measured under torchrun, and a model whose training state alone is over half this machine's
     memory (``memory_bytes``, default: read from the OS) would only swap."""
-    problems = []
+    problems = collect_problems(spec.workload, spec.plan, spec.cluster)
     c = spec.cluster
     if c.device != "cpu" or c.backend != "gloo":
         problems.append(

@@ -31,6 +31,7 @@ from collect.schema import (
     RunSpec,
     Sharding,
     Workload,
+    collect_problems,
     plan_problems,
 )
 
@@ -124,7 +125,7 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
         )
         for plan_fields in _plan_variants(spec, pp, dp, tp, nmb):
             plan = Plan(**plan_fields)
-            if not plan_problems(workload, plan, cluster):
+            if not plan_problems(workload, plan, cluster) and not collect_problems(workload, plan, cluster):
                 points.append(RunSpec.model_construct(workload=workload, plan=plan, cluster=cluster))
     return points
 

@@ -102,9 +102,14 @@ def limit_problems(plan: Plan) -> list[str]:
     return problems
 
 
-def _check_workload(w: Workload) -> None:
+def _check_workload(w: Workload, cluster: ClusterSpec) -> None:
     if w.num_params > MAX_PARAMS:
         raise ValueError(f"workload: {w.num_params:.3g} parameters is over the limit of {MAX_PARAMS:.3g}")
+    if w.float8 != "none" and cluster.preset and "float8" not in cluster._preset.get("peak_flops_per_s", {}):
+        raise ValueError(
+            f"workload.float8 ({w.float8!r}) needs GPUs with FP8 matmuls (H100, H200, B200); "
+            f"cluster.preset {cluster.preset!r} has none"
+        )
 
 
 class PredictRequest(_Request):
@@ -114,7 +119,7 @@ class PredictRequest(_Request):
 
     @model_validator(mode="after")
     def _check(self) -> "PredictRequest":
-        _check_workload(self.workload)
+        _check_workload(self.workload, self.cluster)
         cluster = self.cluster.cluster()
         problems = [
             f"plans[{i}]: {msg}"
@@ -176,7 +181,7 @@ class SearchRequest(_Request):
 
     @model_validator(mode="after")
     def _check(self) -> "SearchRequest":
-        _check_workload(self.workload)
+        _check_workload(self.workload, self.cluster)
         return self
 
 

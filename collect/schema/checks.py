@@ -185,6 +185,13 @@ def _float8_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
 def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
     """What the collector cannot measure, on any machine, though the plan can be predicted: each with why."""
     problems = []
+    if w.family != "gpt":
+        problems.append(
+            f"workload.family {w.family!r} is predicted only: collect/workloads has no {w.family} model to measure yet"
+        )
+    for name, degree in (("cp", p.cp), ("ep", p.ep)):
+        if degree > 1:
+            problems.append(f"plan.{name} ({degree}) is predicted only: the collector does not parallelise it yet")
     if w.float8 != "none":
         problems.append(
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "

@@ -72,6 +72,12 @@ class Plan(Strict):
         return self.dp > 1
 
     @property
+    def data_ranks(self) -> int:
+        """Ranks over the same parameters that split the batch (dp) and each sample's sequence (cp): they sync
+        gradients, and FSDP and ZeRO shard over them (torchtitan's dp_shard_cp mesh)."""
+        return self.dp * self.cp
+
+    @property
     def cp_enabled(self) -> bool:
         return self.cp > 1
 

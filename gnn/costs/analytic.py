@@ -1,4 +1,4 @@
-"""Analytic per-block costs of the GPT of collect.workloads.gpt under a plan.
+"""Analytic per-block costs of a model of collect.workloads under a plan (per family: gnn.costs.layers).
 
 Formulas from the transformer characterisation (../shared/seeds/001): per
 layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
@@ -6,7 +6,8 @@ layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
 b(34 s d + 5 a s^2) per layer at 2-byte precision (Korthikanti et al.), scaled
 by the dtype. Tensor parallelism divides the matmul FLOPs and most activation
 bytes by tp (not the logits: the head's output is gathered); full recompute
-keeps only each block's input.
+keeps only each block's input. Context parallelism splits every per-token figure by cp (a rank holds s / cp
+of each sample's tokens).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collect.schema import DTYPE_BYTES, Plan, Workload
+from gnn.costs.layers import layer_shape
 
 ADAM_STATE_BYTES = 8  # two fp32 moments per parameter
 
@@ -31,6 +33,10 @@ class BlockCosts:
     layer_params: float  # parameters of one layer on this tp rank
     embed_params: float
     head_params: float
+    attn_share: float = 1 / 3  # attention's share of a layer's weights
+    attn_gemm_share: float = 1.0  # the projections' share of the attention's FLOPs (what FP8 speeds up)
+    a2a_bytes: float = 0.0  # expert parallelism's all-to-all, one direction, one MoE layer-equivalent
+    ring_bytes: float = 0.0  # context parallelism: the key/value shard one ring step passes on
 
 
 def dtype_bytes(w: Workload) -> int:
@@ -40,35 +46,45 @@ def dtype_bytes(w: Workload) -> int:
 def block_costs(w: Workload, plan: Plan) -> BlockCosts:
     b, s, d, a, v = w.micro_batch_size, w.seq_len, w.hidden, w.heads, w.vocab
     t, db = plan.tp, dtype_bytes(w)
-    act = s * b * d * (34 + 5 * a * s / d) * db / 2  # Korthikanti's bytes at 2-byte precision, scaled
-    if t > 1:  # norms and dropout inputs stay replicated unless sequence parallel
-        sharded = s * b * d * (24 + 5 * a * s / d) * db / 2
-        act = (act - sharded) / (t if plan.sequence_parallel else 1) + sharded / t
+    tokens = b * s / plan.cp
+    shape = layer_shape(w, plan)
+    if w.family == "gpt":
+        act = tokens * d * (34 + 5 * a * s / d) * db / 2  # Korthikanti's bytes at 2-byte precision, scaled
+        if t > 1:  # norms and dropout inputs stay replicated unless sequence parallel
+            sharded = tokens * d * (24 + 5 * a * s / d) * db / 2
+            act = (act - sharded) / (t if plan.sequence_parallel else 1) + sharded / t
+    else:
+        act = tokens * shape.act_bytes * db / 2
+    tied_alone = w.tied_embeddings and plan.num_stages == 1  # one matrix serves both ends
     return BlockCosts(
-        attn_flops=(8 * b * s * d * d + 4 * b * s * s * d) / t,
-        mlp_flops=16 * b * s * d * d / t,
-        head_flops=2 * b * s * d * v / t,
+        attn_flops=tokens * shape.attn_flops,
+        mlp_flops=tokens * shape.mlp_flops,
+        head_flops=2 * tokens * d * v / t,
         activation_bytes_per_layer=act,
-        boundary_bytes=b * s * d * db,
+        boundary_bytes=tokens * d * db,
         # cross-entropy runs in fp32 on the whole vocabulary: the TP head is ColwiseParallel with a replicated
         # output (collect/parallel/tp.py, no loss parallelism), so every rank holds all the logits
-        logits_bytes=b * s * v * 4,
-        layer_params=(12 * d * d) / t + 13 * d,
-        embed_params=(v * d) / t + s * d,
-        head_params=(v * d) / t + 2 * d,
+        logits_bytes=tokens * v * 4,
+        layer_params=shape.params,
+        embed_params=(v * d) / t + (s * d if w.family == "gpt" else 0),
+        head_params=(0 if tied_alone else (v * d) / t) + (2 * d if w.family == "gpt" else d),
+        attn_share=shape.attn_share,
+        attn_gemm_share=shape.attn_gemm_share,
+        a2a_bytes=tokens * shape.a2a_elements * db,
+        ring_bytes=2 * tokens * w.n_kv_heads * w.head_size / t * db if plan.cp > 1 else 0.0,
     )
 
 
 def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, float]:
     """(FLOPs, weight bytes, activation bytes) of one block for one micro-batch on one tensor-parallel rank: what
     gnn.costs.blocks's measured costs are fitted to. Blocks: attn, mlp, layer (both), embed, head. A layer's weights
-    are a third attention (q, k, v, o: 4d^2) and two thirds MLP (8d^2); activations are the hidden state a block
+    are split by attention's share (GPT: a third, q, k, v, o: 4d^2 of 12d^2); activations are the hidden state a block
     reads (the head: its fp32 logits)."""
     if block == "embed":
         return 0.0, c.embed_params * db, c.boundary_bytes
     if block == "head":
         return c.head_flops, c.head_params * db, c.logits_bytes
-    share = {"attn": 1 / 3, "mlp": 2 / 3, "layer": 1.0}[block]
+    share = {"attn": c.attn_share, "mlp": 1 - c.attn_share, "layer": 1.0}[block]
     flops = {"attn": c.attn_flops, "mlp": c.mlp_flops, "layer": c.attn_flops + c.mlp_flops}[block]
     return flops, share * c.layer_params * db, c.boundary_bytes
 
@@ -83,13 +99,16 @@ def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers_
 
 
 def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
-    """Elements of the largest parameter tensor a rank holds for ``stages``: an MLP weight (4d x d), or the token
-    embedding or output projection (vocab x d) on the first and last stages. Sharded by tp, and by dp under FSDP."""
+    """Elements of the largest parameter tensor a rank holds for ``stages``: an MLP weight (ffn x d), a MoE layer's
+    experts (one grouped tensor, split over ep), or the token embedding or output projection (vocab x d) on the
+    first and last stages. Sharded by tp, and by dp under FSDP."""
     d = w.hidden
-    sizes = [4 * d * d / plan.tp]
+    sizes = [max(w.dense_ffn, w.heads * w.head_size) * d / plan.tp]
+    if w.family == "moe":
+        sizes.append(w.experts / plan.ep * w.expert_ffn_hidden * d / plan.tp)
     if 0 in stages or plan.num_stages - 1 in stages:
         sizes.append(w.vocab * d / plan.tp)
-    return max(sizes) / (plan.dp if plan.fsdp_enabled else 1)
+    return max(sizes) / (plan.data_ranks if plan.fsdp_enabled else 1)
 
 
 def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
@@ -101,9 +120,9 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     """
     db = dtype_bytes(w)
     fsdp = plan.fsdp_enabled
-    shard = plan.dp if fsdp else 1
-    opt_shard = plan.dp if plan.sharding != "none" else 1
-    ddp = plan.dp > 1 and not fsdp
+    shard = plan.data_ranks if fsdp else 1
+    opt_shard = plan.data_ranks if plan.sharding != "none" else 1
+    ddp = plan.data_ranks > 1 and not fsdp
     return {
         "param": params * db / shard,
         "grad": params * db / shard,

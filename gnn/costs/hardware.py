@@ -56,11 +56,11 @@ class HardwareModel:
         return best
 
     def compute_slots(self, plan) -> float:
-        """Cores per pipeline rank's dp x tp replicas, which the simulator shares among the compute nodes running
+        """Cores per pipeline rank's dp x cp x tp ranks, which the simulator shares among the compute nodes running
         at once (gnn.sim.simulate); inf when every rank has a device of its own (GPUs, and machines whose measured
         concurrency shows no slowdown)."""
         cores = self.blocks.cores if self.blocks is not None else float("inf")
-        return cores / (plan.dp * plan.tp)
+        return cores / (plan.data_ranks * plan.tp)
 
     def compute_time(self, flops: float, dtype: str | None) -> float:
         rate = self.flops_per_s.get(dtype or "float32") or self.flops_per_s.get("bfloat16") or 1e10

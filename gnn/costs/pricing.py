@@ -20,6 +20,8 @@ COLLECTIVE = {
     "fsdp_reducescatter": "reduce_scatter",
     "zero_allgather": "all_gather",
     "p2p": "send_recv",
+    "ep_a2a": "all_to_all",
+    "cp_ring": "send_recv",
 }
 # parameter tensors of one GPT layer: two norms (weight, bias) and six linears (weight, bias); the first stage
 # adds 2 (token and position embeddings), the last 3 (the final norm's two, the output projection)
@@ -56,7 +58,15 @@ class Pricing:
             return count * per_call
         if self.hw.blocks is not None:
             return count * self._block_seconds(kind, phase)
-        return self.hw.compute_time(flops, self.w.dtype)
+        return self._compute_seconds(kind, flops)
+
+    def _compute_seconds(self, kind: str, flops: float) -> float:
+        """At the hardware's throughput. FP8 training (torchao's float8) runs the linears of the blocks in FP8,
+        not the fused attention core nor the LM head (torchtitan leaves the output projection in bfloat16)."""
+        if self.w.float8 == "none" or kind not in ("attn", "mlp"):
+            return self.hw.compute_time(flops, self.w.dtype)
+        gemm = flops * (self.c.attn_gemm_share if kind == "attn" else 1.0)
+        return self.hw.compute_time(gemm, "float8") + self.hw.compute_time(flops - gemm, self.w.dtype)
 
     # --- compute from the block profile (gnn.costs.blocks) --------------------------------------------------
 
@@ -107,6 +117,6 @@ class Pricing:
         plan, last = self.plan, self.num_stages - 1
         tensors = sum(TENSORS_PER_LAYER * self.layers_per_stage + 2 * (s == 0) + 3 * (s == last) for s in stages)
         if plan.sharding == "zero1":
-            tensors /= plan.dp
+            tensors /= plan.data_ranks
         variant = "fsdp" if plan.fsdp_enabled else "tp" if plan.tp > 1 else "plain"
         return self.hw.blocks.optimizer_seconds(variant, tensors, params)

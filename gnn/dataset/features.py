@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from collect.schema import PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, RunSpec
+from collect.schema import FAMILIES, PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, RunSpec
 from gnn.costs.analytic import analytic_peak_bytes, dtype_bytes
 from gnn.costs.hardware import HardwareModel
 from gnn.graph.build import ExecGraph
@@ -24,10 +24,11 @@ SCHEDULES = (None, *PIPELINE_SCHEDULES)  # None: no pipeline
 # The GNN's nodes are passes (gnn.graph.build.PassView). A pass's blocks and collectives become its features: the
 # estimated time of each kind of block, what it computes, moves and allocates, and where it sits in the schedule.
 KIND_TIMES = tuple(f"log_{k}_us" for k in KINDS)
+# Kind times come last: the compiled _pass_rows (numba caches it by its own file) takes their positions as an
+# argument, so a kind added to gnn.graph.table moves none of the positions it holds as constants.
 NODE_FEATURES = (
     tuple(f"pass_{p}" for p in PASS_PHASES)
     + ("first_stage", "last_stage")
-    + KIND_TIMES
     + (
         "log_recompute_us",
         "log_layers",
@@ -42,6 +43,7 @@ NODE_FEATURES = (
         "stage_frac",
         "microbatch_frac",
     )
+    + KIND_TIMES
 )
 NODE_DIM = len(NODE_FEATURES)
 # the analytical cost model's estimates among them: what the no-physics ablation hides
@@ -56,7 +58,16 @@ def node_features(g: ExecGraph) -> np.ndarray:
     """[passes, NODE_DIM]: per pass, sums over its rows (maxima for the layer count, group size, node crossing
     and transients, which do not add up along a pass), then logs where magnitudes span decades."""
     view = g.passes
-    x = _pass_rows(g.table, np.append(view.start, len(g.table)), view.phase, g.plan.num_stages, g.plan.num_microbatches)
+    x = np.zeros((len(view.start), NODE_DIM))
+    _pass_rows(
+        x,
+        _KIND_TIME_INDEX,
+        g.table,
+        np.append(view.start, len(g.table)),
+        view.phase,
+        g.plan.num_stages,
+        g.plan.num_microbatches,
+    )
     x[:, _LOG1P_INDEX] = np.log1p(x[:, _LOG1P_INDEX])
     return x.astype(np.float32)
 
@@ -122,20 +133,25 @@ _LOG1P_INDEX = np.array(
 
 @njit(cache=True)
 def _pass_rows(
-    t: np.ndarray, bounds: np.ndarray, phase: np.ndarray, num_stages: int, num_microbatches: int
-) -> np.ndarray:
-    """[passes, NODE_DIM] float64 before the logs: for pass p (rows bounds[p] to bounds[p + 1]) its phase, the
-    sums of each kind's time (us), recompute time, MFLOP, KB moved, MB allocated and freed, the maxima of the
-    layer count, log2 group, node crossing and transient MB, its stage's role and place, its micro-batch's
-    place and its row count. One loop in row order, where numpy took ~50 calls per graph."""
-    passes = len(bounds) - 1
-    x = np.zeros((passes, NODE_DIM))
-    for p in range(passes):
+    x: np.ndarray,
+    kind_time_index: np.ndarray,
+    t: np.ndarray,
+    bounds: np.ndarray,
+    phase: np.ndarray,
+    num_stages: int,
+    num_microbatches: int,
+) -> None:
+    """Fills x, [passes, NODE_DIM] float64 zeros, before the logs: for pass p (rows bounds[p] to bounds[p + 1])
+    its phase, the sums of each kind's time (us, at kind_time_index), recompute time, MFLOP, KB moved, MB
+    allocated and freed, the maxima of the layer count, log2 group, node crossing and transient MB, its stage's
+    role and place, its micro-batch's place and its row count. One loop in row order, where numpy took ~50 calls
+    per graph."""
+    for p in range(len(bounds) - 1):
         row = x[p]
         row[phase[p]] = 1.0
         for i in range(bounds[p], bounds[p + 1]):
             kind, time = int(t[i, _K]), t[i, _TIME] * 1e6
-            row[_KIND_TIME_INDEX[kind]] += time
+            row[kind_time_index[kind]] += time
             row[_RECOMPUTE_US] += time if t[i, _PHASE] == _RECOMPUTE else 0.0
             row[_MFLOPS] += t[i, _FLOPS] / 1e6
             row[_MESSAGE_KB] += t[i, _COUNT] * t[i, _MESSAGE] / 1e3
@@ -152,7 +168,6 @@ def _pass_rows(
         row[_NODES] = bounds[p + 1] - first
         row[_STAGE_FRAC] = stage / num_stages
         row[_MICROBATCH_FRAC] = max(t[first, _MICROBATCH], -1.0) / num_microbatches
-    return x
 
 
 def edge_arrays(g: ExecGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -171,13 +186,14 @@ def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, fl
     f.update({name: float(p.recompute == r) for name, r in _RECOMPUTE_NAMES})
     f.update({name: float(p.pp_schedule == s) for name, s in _SCHEDULE_NAMES})
     f["sequence_parallel"] = float(p.sequence_parallel)
+    f["float8_all_gather"] = float(p.float8_all_gather)
     f.update(_setting_features(w, spec.cluster, hw))
     f["log_analytic_mem"] = math.log(analytic_peak_bytes(w, p))
     f.update({k: float(v) for k, v in flags.items()})
     return f
 
 
-_LOG2_DEGREES = tuple((f"log2_{k}", k) for k in ("dp", "tp", "pp", "virtual_stages", "num_microbatches"))
+_LOG2_DEGREES = tuple((f"log2_{k}", k) for k in ("dp", "cp", "ep", "tp", "pp", "virtual_stages", "num_microbatches"))
 _SHARDING_NAMES = tuple((f"sharding_{s}", s) for s in SHARDINGS)
 _RECOMPUTE_NAMES = tuple((f"recompute_{r}", r) for r in RECOMPUTES)
 _SCHEDULE_NAMES = tuple((f"schedule_{s}", s) for s in SCHEDULES)
@@ -201,6 +217,13 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
             "log_vocab": math.log(w.vocab),
             "dtype_bytes": dtype_bytes(w),
             "log_params": math.log(w.num_params),
+            "log_active_params": math.log(w.active_params),
+            **{f"family_{name}": float(w.family == name) for name in FAMILIES},
+            "log_query_per_kv": math.log(w.heads / w.n_kv_heads),
+            "log_ffn_ratio": math.log(max(w.dense_ffn, 1) / w.hidden),
+            "log_experts": math.log(w.experts or 1),
+            "log_top_k": math.log(w.top_k or 1),
+            "float8": float(w.float8 != "none"),
             "log_world": math.log2(cluster.world_size),
             "log_capacity": math.log(cluster.memory_bytes),
             "cuda": float(cluster.device == "cuda"),

@@ -20,19 +20,19 @@ class StageMemory:
         """FSDP over dp > 1 inside torch.distributed.pipelining: its stages turn off FSDP's gradient sync and
         its resharding after backward for every micro-batch, and reduce-scatter once, after the last."""
         plan = self.plan
-        return plan.pp > 1 and plan.dp > 1 and plan.fsdp_enabled
+        return plan.pp > 1 and plan.data_ranks > 1 and plan.fsdp_enabled
 
     def grad_bytes(self, stage: int) -> float:
         """The gradients a stage's first backward allocates: unsharded while pipelining defers FSDP's sync."""
         grads = state_bytes(self.w, self.plan, self.params(stage))["grad"]
-        return grads * self.plan.dp if self.pipelined_fsdp() else grads
+        return grads * self.plan.data_ranks if self.pipelined_fsdp() else grads
 
     def grads_written_at_gather(self, stage: int) -> float:
         """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1
         the peak comes while the last two units are gathered: the gradient shards of the units before them
         are written, those of these two and of the root unit (embedding, head: reduced at the very end) not
         yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them."""
-        if not self.plan.reshard_after_forward or self.plan.dp == 1:
+        if not self.plan.reshard_after_forward or self.plan.data_ranks == 1:
             return 1.0
         L, c = self.layers_per_stage, self.c
         return max(L - 2, 0) * c.layer_params / self.params(stage)

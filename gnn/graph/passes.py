@@ -26,24 +26,16 @@ def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluste
     differed only in schedule and micro-batch count. The cache holds references to ``hw``: scope it to a batch."""
     if cache is None:
         return PassCompiler(w, plan, cluster, hw)
-    key = (
-        w,
-        cluster,
-        id(hw),
-        plan.dp,
-        plan.tp,
-        plan.pp,
-        plan.virtual_stages,
-        plan.sharding,
-        plan.recompute,
-        plan.sequence_parallel,
-    )
+    key = (w, cluster, id(hw), *(value for name, value in plan if name not in _PLACEMENT_ONLY))
     found = cache.get(key)
     if found is None or found.hw is not hw:
         found = cache[key] = PassCompiler(w, plan, cluster, hw, cache.setdefault(_SHARED, {}))
     return found
 
 
+# the collective that follows a block's compute, per layer: the ring's key/value passes, the experts' combine
+_AFTER = {"attn": "cp_ring", "mlp": "ep_a2a"}
+_PLACEMENT_ONLY = ("pp_schedule", "num_microbatches")  # plan fields gnn.graph.layout reads and the passes do not
 _SHARED = ("templates",)  # the key, in a shared_compiler cache, of the templates its compilers share
 
 
@@ -61,7 +53,7 @@ class PassCompiler:
         # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,
         # variants and sharding (see template, step): looked up once here, as the key holds the workload and
         # cluster, whose hashes and comparisons are costly
-        what = (id(hw), w, cluster, plan.dp, plan.tp, plan.pp, plan.virtual_stages, plan.recompute)
+        what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.tp, plan.pp, plan.virtual_stages, plan.recompute)
         self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
@@ -69,8 +61,11 @@ class PassCompiler:
         per_node = cluster.devices_per_node
         # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
         self.tp_cross = plan.tp > per_node
-        self.dp_cross = plan.tp * plan.dp > per_node
-        self.pp_cross = plan.tp * plan.dp * plan.pp > per_node and plan.pp > 1
+        # mesh order (pp, dp, cp, tp): cp's ring is inside dp's groups
+        self.cp_cross = plan.tp * plan.cp > per_node
+        self.ep_cross = plan.tp * plan.ep > per_node  # ep's groups sit inside dp x cp
+        self.dp_cross = plan.tp * plan.data_ranks > per_node
+        self.pp_cross = plan.tp * plan.data_ranks * plan.pp > per_node and plan.pp > 1
         self.memory = StageMemory(w, plan, self.c, self.layers_per_stage)
         self.pricing = Pricing(w, plan, self.c, hw, self.layers_per_stage, self.tp_cross)
 
@@ -102,7 +97,7 @@ class PassCompiler:
         wrapper = plan.sharding if fsdp and self.hw.blocks is not None else None  # its hooks' cost (block profile)
         if phase == "F":
             return plan.sharding if variant[0] else None, wrapper
-        return plan.reshard_after_forward, fsdp and plan.dp > 1, wrapper
+        return plan.reshard_after_forward, fsdp and plan.data_ranks > 1, wrapper
 
     # --- the passes ----------------------------------------------------------------------------------------
 
@@ -115,11 +110,13 @@ class PassCompiler:
             last = rows.add(last, "embed", "forward", stage, alloc_bytes=c.boundary_bytes)
         saved = saved_bytes_per_layer(c, plan)
         for kind, flops in (("attn", c.attn_flops), ("mlp", c.mlp_flops)):
+            if kind == "mlp":
+                last = self._layer_comm(rows, last, stage, "forward", "ep_a2a")  # dispatch
             last = rows.add(last, kind, "forward", stage, count=L, flops=L * flops, alloc_bytes=L * saved / 2)
             if stage > 0 and kind == "attn":
                 rows.hold(last, c.boundary_bytes)  # pipelining's receive buffer for this micro-batch's input
-            if plan.tp > 1:
-                last = self._tp_comm(rows, last, stage, "forward")
+            last = self._layer_comm(rows, last, stage, "forward", _AFTER[kind])
+            last = self._layer_comm(rows, last, stage, "forward", "tp_comm")
         if stage == plan.num_stages - 1:
             last = rows.add(
                 last,
@@ -183,16 +180,18 @@ class PassCompiler:
         if last_stage:
             last = rows.add(last, "head", "backward", stage, flops=2 * c.head_flops, transient_bytes=c.logits_bytes)
         for kind, flops in (("mlp", c.mlp_flops), ("attn", c.attn_flops)):
-            if plan.tp > 1:
-                last = self._tp_comm(rows, last, stage, "backward")
+            last = self._layer_comm(rows, last, stage, "backward", "tp_comm")
+            if kind == "mlp":
+                last = self._layer_comm(rows, last, stage, "backward", "ep_a2a")
             last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops)
+            last = self._layer_comm(rows, last, stage, "backward", _AFTER[kind])
         if stage == 0:
             last = rows.add(last, "embed", "backward", stage)
         rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))
         # pipelining keeps, per micro-batch, the gradient received from the next stage and the one computed for
         # the previous stage's input (its receive buffer's .grad) until the iteration ends
         rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
-        if plan.fsdp_enabled and plan.dp > 1 and not self.memory.pipelined_fsdp():
+        if plan.fsdp_enabled and plan.data_ranks > 1 and not self.memory.pipelined_fsdp():
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
             units = self.memory.fsdp_units(stage)
             scatter = rows.add(
@@ -202,7 +201,7 @@ class PassCompiler:
                 stage,
                 count=units,
                 message_bytes=self.memory.stage_bytes(stage) / units,
-                group=plan.dp,
+                group=plan.data_ranks,
                 crosses_node=self.dp_cross,
                 transient_bytes=2 * self.memory.unit_bytes(stage),
             )
@@ -225,6 +224,8 @@ class PassCompiler:
         key = (
             plan.tp,
             plan.dp,
+            plan.cp,
+            plan.ep,
             plan.pp,
             plan.sharding,
             self.layers_per_stage,
@@ -262,10 +263,10 @@ class PassCompiler:
         """
         full, plan = self.memory.stage_bytes(stage), self.plan
         keep = plan.sharding == "fsdp_grad_op" and phase == "forward"
-        prefetch = 2 if phase == "backward" and plan.dp > 1 else 1
+        prefetch = 2 if phase == "backward" and plan.data_ranks > 1 else 1
         if phase == "backward" and plan.pp > 1:
             prefetch = self.layers_per_stage  # nothing reshards after a backward: the stage ends it gathered
-        staging = self.memory.unit_bytes(stage) if self.gloo and plan.dp > 1 else 0.0
+        staging = self.memory.unit_bytes(stage) if self.gloo and plan.data_ranks > 1 else 0.0
         units = self.memory.fsdp_units(stage)
         return rows.add(
             after,
@@ -273,21 +274,27 @@ class PassCompiler:
             phase,
             stage,
             count=units,
-            message_bytes=full / plan.dp / units,
-            group=plan.dp,
+            message_bytes=full / plan.data_ranks / units / (2 if plan.float8_all_gather else 1),  # FP8: 1 byte
+            group=plan.data_ranks,
             crosses_node=self.dp_cross,
             alloc_bytes=full if keep else 0.0,
             transient_bytes=staging + (0.0 if keep else prefetch * self.memory.unit_bytes(stage)),
         )
 
-    def _tp_comm(self, rows: PassRows, after: int | None, stage: int, phase: str) -> int:
+    def _layer_comm(self, rows: PassRows, after: int | None, stage: int, phase: str, kind: str) -> int | None:
+        """A collective each layer of the stage runs, if the plan has it: tensor parallelism's all-reduce (or
+        reduce-scatter and all-gather); an expert-parallel all-to-all (dispatch before the experts, combine
+        after); ring attention's cp - 1 key/value passes (the backward's carry their gradients too: twice the
+        bytes). None of them overlaps compute here: for the ring, that makes cp's time an upper bound."""
+        plan, c = self.plan, self.c
+        enabled, times, message, group, crosses = {
+            "tp_comm": (plan.tp_enabled, 1, c.boundary_bytes, plan.tp, self.tp_cross),
+            "ep_a2a": (plan.ep_enabled, 1, c.a2a_bytes, plan.ep, self.ep_cross),
+            "cp_ring": (plan.cp_enabled, plan.cp - 1, c.ring_bytes * (1 + (phase == "backward")), 2, self.cp_cross),
+        }[kind]
+        if not enabled:
+            return after
+        count = self.layers_per_stage * times
         return rows.add(
-            after,
-            "tp_comm",
-            phase,
-            stage,
-            count=self.layers_per_stage,
-            message_bytes=self.c.boundary_bytes,
-            group=self.plan.tp,
-            crosses_node=self.tp_cross,
+            after, kind, phase, stage, count=count, message_bytes=message, group=group, crosses_node=crosses
         )

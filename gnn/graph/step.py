@@ -19,7 +19,7 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
     plan, w = memory.plan, memory.w
     rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
-    if plan.dp > 1 and not plan.fsdp_enabled:
+    if plan.data_ranks > 1 and not plan.fsdp_enabled:
         grad_bytes = params * dtype_bytes(w)
         buckets = max(1, int(np.ceil(grad_bytes / DDP_BUCKET_BYTES)))
         last = rows.add(
@@ -29,7 +29,7 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
             stages[0],
             count=buckets,
             message_bytes=grad_bytes / buckets,
-            group=plan.dp,
+            group=plan.data_ranks,
             crosses_node=dp_cross,
         )
     if memory.pipelined_fsdp():
@@ -44,11 +44,11 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
             stages[0],
             count=units,
             message_bytes=params * dtype_bytes(w) / units,
-            group=plan.dp,
+            group=plan.data_ranks,
             crosses_node=dp_cross,
-            transient_bytes=unit * (1 + 1 / plan.dp),
+            transient_bytes=unit * (1 + 1 / plan.data_ranks),
         )
-    shard = plan.dp if plan.sharding != "none" else 1
+    shard = plan.data_ranks if plan.sharding != "none" else 1
     # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On
     # CPU it updates one tensor at a time (no foreach kernels), with two temporaries the size of that tensor:
     # the largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight).
@@ -61,14 +61,14 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
         transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w),
         seconds=pricing.optimizer_seconds(stages, params / shard),
     )
-    if plan.sharding == "zero1" and plan.dp > 1:
+    if plan.sharding == "zero1" and plan.data_ranks > 1:
         rows.add(
             step,
             "zero_allgather",
             "step",
             stages[0],
-            message_bytes=params * dtype_bytes(w) / plan.dp,
-            group=plan.dp,
+            message_bytes=params * dtype_bytes(w) / plan.data_ranks,
+            group=plan.data_ranks,
             crosses_node=dp_cross,
         )
     return rows.done(last)

@@ -21,6 +21,8 @@ KINDS = (
     "fsdp_reducescatter",
     "zero_allgather",
     "p2p",
+    "ep_a2a",
+    "cp_ring",
 )
 COMM_KINDS = frozenset(KINDS[5:])
 STREAMS = {**{k: 1 for k in COMM_KINDS}, "p2p": 2}

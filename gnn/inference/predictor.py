@@ -14,6 +14,7 @@ import pandas as pd
 
 from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
+from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import row_to_spec
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
 from gnn.model import checkpoint
@@ -72,6 +73,21 @@ class BatchPredictor:
         chunks = dict(self.pool.chunks(specs, hardware, flags, workers))
         return [item for i in sorted(chunks) for item in chunks[i].items()]
 
+    def _check_layout(self, flat_names: tuple[str, ...]) -> None:
+        """A model trained on another feature layout cannot read what this code makes of a plan: say so, rather
+        than fail on a tensor shape."""
+        member = self.ensemble.members[0]
+        config = member.config if hasattr(member, "config") else dict(member.hparams)
+        trained = config.get("feature_names")
+        if (trained is not None and list(trained) != list(flat_names)) or config["node_dim"] != NODE_DIM:
+            new = sorted(set(flat_names) - set(trained or ()))
+            raise ValueError(
+                f"this model was trained on another feature layout ({config['node_dim']} pass and "
+                f"{config['global_dim']} plan features; this code makes {NODE_DIM} and {len(flat_names)}"
+                + (f", new: {', '.join(new[:8])}" if new else "")
+                + "): train it again on this code (make train)"
+            )
+
     def predict(
         self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
     ) -> pd.DataFrame:
@@ -87,6 +103,7 @@ class BatchPredictor:
         workers = default_workers(len(specs)) if workers is None else workers
         with self.pool.forward_threads(workers):
             for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
+                self._check_layout(chunk.flat_names)
                 parts[index] = (self.ensemble.predict_packed(chunk.packed()), chunk)
         parts = [parts[i] for i in sorted(parts)]
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])

@@ -1,0 +1,69 @@
+"""What one transformer layer computes, keeps and holds, per family, on one rank of a plan.
+
+Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalved (the GPT formula's convention,
+../shared/seeds/001). Per token of a micro-batch on one (tp, cp) rank:
+- attention: projections 2d(q + 2kv) + 2qd with q = heads x head_dim, kv = kv_heads x head_dim (grouped-query
+  attention shrinks only k and v); scores and their use 4 s q, with s every token of the sequence (under
+  context parallelism a rank's queries still meet all keys, passed round the ring);
+- MLP: GPT 2 x d x 4d twice; SwiGLU 3 matrices of d x ffn; MoE the router (2 d experts), top_k routed experts
+  and the shared ones, each a SwiGLU of expert_ffn_hidden; under expert parallelism the busiest rank computes
+  expert_imbalance times the mean.
+Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
+tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores): the norm input and
+output (4d), q, k, v and the attention output (2(2q + 2kv)); SwiGLU's input and its w1, silu, w3 and product
+outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and its expert's output (4d).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collect.schema import Plan, Workload
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One layer, per token on one rank (FLOPs, bytes at 2-byte precision), averaged over a model's layers where
+    dense and MoE layers mix; attention as a share of the weights."""
+
+    attn_flops: float
+    mlp_flops: float
+    act_bytes: float  # the llama/moe activations; GPT's keep Korthikanti's formula (gnn.costs.analytic)
+    params: float  # of one layer on this rank: tp splits matmuls, ep the routed experts
+    attn_share: float  # attention's share of the layer's weights
+    attn_gemm_share: float  # of the attention's FLOPs, the projections' (FP8 runs them; not the fused core)
+    a2a_elements: float  # per token, one direction of expert parallelism's all-to-all (dispatch or combine)
+
+
+def layer_shape(w: Workload, plan: Plan) -> LayerShape:
+    d, t, s = w.hidden, plan.tp, w.seq_len
+    q, kv = w.heads * w.head_size, w.n_kv_heads * w.head_size
+    attn_params = (2 * d * q + 2 * d * kv) / t
+    attn_flops = 2 * attn_params + 4 * s * q / t
+    if w.family == "gpt":
+        params = w.layer_params(False) - 13 * d  # the biases and norms, replicated, are added back below
+        gemm = 2 * attn_params / attn_flops
+        return LayerShape(attn_flops, 16 * d * d / t, 0.0, params / t + 13 * d, 1 / 3, gemm, 0.0)
+    dense = _mlp(d, w.dense_ffn, t)
+    moe = w.moe_layers / w.layers
+    routed = w.top_k * _mlp(d, w.expert_ffn_hidden, t) if moe else 0.0
+    if moe and plan.ep > 1:
+        routed *= w.expert_imbalance
+    shared = w.shared_experts * _mlp(d, w.expert_ffn_hidden, t) if moe else 0.0
+    mlp_flops = (1 - moe) * 2 * dense + moe * (2 * (routed + shared) + 2 * d * (w.experts or 0))
+    act = 4 * d + 2 * (2 * q + 2 * kv) / t + 4 * d
+    act += (1 - moe) * 8 * w.dense_ffn / t
+    if moe:
+        act += moe * (w.top_k * (4 * d + 8 * w.expert_ffn_hidden / t) + w.shared_experts * 8 * w.expert_ffn_hidden / t)
+    expert_params = (w.experts or 0) * _mlp(d, w.expert_ffn_hidden or 0, t) / plan.ep
+    mlp_params = (1 - moe) * _mlp(d, w.dense_ffn, t) + moe * (
+        expert_params + w.shared_experts * _mlp(d, w.expert_ffn_hidden or 0, t) + d * (w.experts or 0)
+    )
+    params = attn_params + mlp_params + 2 * d
+    a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep if plan.ep > 1 else 0.0
+    return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, 2 * attn_params / attn_flops, a2a)
+
+
+def _mlp(d: int, ffn: int, t: int) -> float:
+    """Weights of one SwiGLU MLP on a tp rank (and its forward FLOPs per token: twice that)."""
+    return 3 * d * ffn / t
