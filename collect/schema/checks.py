@@ -189,9 +189,15 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
         problems.append(
             f"workload.family {w.family!r} is predicted only: collect/workloads has no {w.family} model to measure yet"
         )
-    for name, degree in (("cp", p.cp), ("ep", p.ep)):
-        if degree > 1:
-            problems.append(f"plan.{name} ({degree}) is predicted only: the collector does not parallelise it yet")
+    if p.cp_enabled:
+        # checked on gloo ranks: context_parallel's ring has no rule for the CPU attention kernel
+        problems.append(
+            f"plan.cp ({p.cp}) is predicted only: torch's context_parallel cannot shard CPU attention "
+            "(aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy in torch 2.13), and the "
+            "collector does not apply it on GPUs yet"
+        )
+    if p.ep_enabled:
+        problems.append(f"plan.ep ({p.ep}) is predicted only: the collector does not parallelise experts yet")
     if w.float8 != "none":
         problems.append(
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "

@@ -114,3 +114,13 @@ def test_gpt_run_ids_do_not_move_when_fields_are_added():
     )
     # the id this spec had before the llama and moe fields, cp and ep existed (main at 0e86758)
     assert spec.run_id == "85adf0741f1b8dc9"
+
+
+def test_context_and_expert_parallel_are_refused_by_the_collector_with_the_reason():
+    moe = Workload(**MIXTRAL_8X7B, **{**BATCH, "global_batch_size": 2})
+    cluster = Cluster(devices_per_node=4, memory_bytes=2**36)
+    problems = collect_problems(moe, Plan(dp=2, cp=2, ep=2, sharding="fsdp_grad_op"), cluster)
+    assert any(
+        "plan.cp (2) is predicted only: torch's context_parallel cannot shard CPU attention" in p for p in problems
+    )
+    assert any("plan.ep (2) is predicted only" in p for p in problems)
