@@ -79,6 +79,7 @@ class BatchPredictor:
         member = self.ensemble.members[0]
         config = member.config if hasattr(member, "config") else dict(member.hparams)
         trained = config.get("feature_names")
+        flat_names = tuple(n for n in flat_names if n.startswith("f_"))  # the rest: simulator outputs, not inputs
         if (trained is not None and list(trained) != list(flat_names)) or config["node_dim"] != NODE_DIM:
             new = sorted(set(flat_names) - set(trained or ()))
             raise ValueError(
