@@ -71,7 +71,7 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         attn_share=shape.attn_share,
         attn_gemm_share=shape.attn_gemm_share,
         a2a_bytes=tokens * shape.a2a_elements * db,
-        ring_bytes=2 * tokens * w.n_kv_heads * w.head_size / t * db if plan.cp > 1 else 0.0,
+        ring_bytes=tokens * shape.ring_elements * db if plan.cp_enabled else 0.0,
     )
 
 

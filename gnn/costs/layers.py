@@ -33,6 +33,7 @@ class LayerShape:
     attn_share: float  # attention's share of the layer's weights
     attn_gemm_share: float  # of the attention's FLOPs, the projections' (FP8 runs them; not the fused core)
     a2a_elements: float  # per token, one direction of expert parallelism's all-to-all (dispatch or combine)
+    ring_elements: float  # per token, the key/value shard a ring-attention step passes on
 
 
 def layer_shape(w: Workload, plan: Plan) -> LayerShape:
@@ -40,28 +41,29 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     q, kv = w.heads * w.head_size, w.n_kv_heads * w.head_size
     attn_params = (2 * d * q + 2 * d * kv) / t
     attn_flops = 2 * attn_params + 4 * s * q / t
+    gemm, ring = 2 * attn_params / attn_flops, 2 * kv / t  # ring: k and v
     if w.family == "gpt":
         params = w.layer_params(False) - 13 * d  # the biases and norms, replicated, are added back below
-        gemm = 2 * attn_params / attn_flops
-        return LayerShape(attn_flops, 16 * d * d / t, 0.0, params / t + 13 * d, 1 / 3, gemm, 0.0)
+        return LayerShape(attn_flops, 16 * d * d / t, 0.0, params / t + 13 * d, 1 / 3, gemm, 0.0, ring)
     dense = _mlp(d, w.dense_ffn, t)
-    moe = w.moe_layers / w.layers
-    routed = w.top_k * _mlp(d, w.expert_ffn_hidden, t) if moe else 0.0
-    if moe and plan.ep > 1:
-        routed *= w.expert_imbalance
-    shared = w.shared_experts * _mlp(d, w.expert_ffn_hidden, t) if moe else 0.0
-    mlp_flops = (1 - moe) * 2 * dense + moe * (2 * (routed + shared) + 2 * d * (w.experts or 0))
-    act = 4 * d + 2 * (2 * q + 2 * kv) / t + 4 * d
-    act += (1 - moe) * 8 * w.dense_ffn / t
+    # a dense MLP's FLOPs, weights (with the two norms) and kept bytes; a MoE one's below; mixed by MoE's share of
+    # the layers, the figures are averages over them
+    mlp = (2 * dense, dense + 2 * d, 8 * w.dense_ffn / t)
+    moe, a2a = w.moe_layers / w.layers, 0.0
     if moe:
-        act += moe * (w.top_k * (4 * d + 8 * w.expert_ffn_hidden / t) + w.shared_experts * 8 * w.expert_ffn_hidden / t)
-    expert_params = (w.experts or 0) * _mlp(d, w.expert_ffn_hidden or 0, t) / plan.ep
-    mlp_params = (1 - moe) * _mlp(d, w.dense_ffn, t) + moe * (
-        expert_params + w.shared_experts * _mlp(d, w.expert_ffn_hidden or 0, t) + d * (w.experts or 0)
-    )
-    params = attn_params + mlp_params + 2 * d
-    a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep if plan.ep > 1 else 0.0
-    return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, 2 * attn_params / attn_flops, a2a)
+        experts, expert = w.experts, _mlp(d, w.expert_ffn_hidden, t)  # one expert's weights on a tp rank
+        routed = w.top_k * expert * (w.expert_imbalance if plan.ep > 1 else 1.0)
+        moe_mlp = (
+            2 * (routed + w.shared_experts * expert) + 2 * d * experts,  # the router: d x experts
+            (experts / plan.ep + w.shared_experts) * expert + d * experts + 2 * d,
+            w.top_k * (4 * d + 8 * w.expert_ffn_hidden / t) + w.shared_experts * 8 * w.expert_ffn_hidden / t,
+        )
+        mlp = tuple((1 - moe) * a + moe * b for a, b in zip(mlp, moe_mlp))
+        a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep
+    mlp_flops, mlp_params, mlp_act = mlp
+    act = 8 * d + 2 * (2 * q + 2 * kv) / t + mlp_act  # norm input and output, q, k, v, attention output, MLP
+    params = attn_params + mlp_params
+    return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, gemm, a2a, ring)
 
 
 def _mlp(d: int, ffn: int, t: int) -> float:

@@ -59,11 +59,11 @@ class PassCompiler:
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
         per_node = cluster.devices_per_node
-        # mesh order (pp, dp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
+        # mesh order (pp, dp, cp, tp) with tp innermost: a group crosses nodes once its span exceeds a node; ep's
+        # groups sit inside dp x cp
         self.tp_cross = plan.tp > per_node
-        # mesh order (pp, dp, cp, tp): cp's ring is inside dp's groups
         self.cp_cross = plan.tp * plan.cp > per_node
-        self.ep_cross = plan.tp * plan.ep > per_node  # ep's groups sit inside dp x cp
+        self.ep_cross = plan.tp * plan.ep > per_node
         self.dp_cross = plan.tp * plan.data_ranks > per_node
         self.pp_cross = plan.tp * plan.data_ranks * plan.pp > per_node and plan.pp > 1
         self.memory = StageMemory(w, plan, self.c, self.layers_per_stage)
