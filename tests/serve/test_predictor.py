@@ -63,8 +63,8 @@ def test_a_failing_chunk_raises_in_the_caller_and_the_workers_stay_usable(predic
     import pytest
 
     specs = _specs(2 * CHUNK + 1)
-    broken = specs[CHUNK + 3].model_copy(update={"workload": specs[0].workload.model_copy(update={"heads": 0})})
-    with pytest.raises(ValueError, match="math domain error"):  # heads 0, which no schema passes, in chunk 2
+    broken = specs[CHUNK + 3].model_copy(update={"workload": specs[0].workload.model_copy(update={"vocab": 0})})
+    with pytest.raises(ValueError, match="math domain error"):  # vocab 0, which no schema passes, in chunk 2
         predictor.predict_columns(specs[: CHUNK + 3] + [broken] + specs[CHUNK + 4 :], "a100-80gb", workers=1)
     again = predictor.predict_columns(specs, "a100-80gb", workers=1)
     assert np.isfinite(again["iter_time_s"]).all()
