@@ -25,6 +25,7 @@ from collect.schema import (
     RECOMPUTES,
     SHARDINGS,
     Cluster,
+    Family,
     PipelineSchedule,
     Plan,
     Recompute,
@@ -36,15 +37,31 @@ from collect.schema import (
 )
 
 
-class Shape(BaseModel):
-    """A GPT shape without its batch (the sampler chooses batch sizes)."""
+class Shape(BaseModel, extra="forbid"):
+    """A model without its batch (the sampler chooses batch sizes): Workload's fields, of any family."""
 
+    family: Family = "gpt"
     layers: int
     hidden: int
     heads: int
     seq_len: int
     vocab: int
     dtype: str = "float32"
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    ffn_hidden: int | None = None
+    tied_embeddings: bool = False
+    experts: int | None = None
+    top_k: int | None = None
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    first_dense_layers: int = 0
+    moe_every: int = 1
+
+    def workload(self, micro_batch_size: int, global_batch_size: int) -> Workload:
+        # only what the YAML gave: a gpt shape must not pass llama fields, even at their defaults
+        fields = self.model_dump(exclude_unset=True)
+        return Workload(**fields, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
 
 
 class SweepSpec(BaseModel):
@@ -56,6 +73,8 @@ class SweepSpec(BaseModel):
     world_sizes: list[int] = [1, 2, 4]
     tp_degrees: list[int] = [1, 2, 4, 8]
     """Tensor-parallel degrees allowed in the sampled layouts."""
+    ep_degrees: list[int] = [1]
+    """Expert-parallel degrees tried on moe shapes (ep borrows dp's ranks, so it adds no layout)."""
     micro_batch_sizes: list[int] = [1, 2]
     num_microbatches: list[int] = [1, 2, 4]
     shardings: list[Sharding] = list(SHARDINGS)
@@ -113,7 +132,7 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
     for shape, (pp, dp, tp), mbs, nmb, capacity in itertools.product(
         spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes
     ):
-        workload = Workload(**shape.model_dump(), micro_batch_size=mbs, global_batch_size=dp * mbs * nmb)
+        workload = shape.workload(micro_batch_size=mbs, global_batch_size=dp * mbs * nmb)
         per_node = min(world_size, spec.devices_per_node or world_size)
         cluster = Cluster(
             nodes=world_size // per_node,
@@ -123,21 +142,23 @@ def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
             backend=spec.backend,
             device_kind=spec.device_kind,
         )
-        for plan_fields in _plan_variants(spec, pp, dp, tp, nmb):
+        for plan_fields in _plan_variants(spec, pp, dp, tp, nmb, workload.family == "moe"):
             plan = Plan(**plan_fields)
             if not plan_problems(workload, plan, cluster) and not collect_problems(workload, plan, cluster):
                 points.append(RunSpec.model_construct(workload=workload, plan=plan, cluster=cluster))
     return points
 
 
-def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int):
+def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int, moe: bool):
     schedules = (
         [(None, 1)]
         if pp == 1
         else [(s, v) for s in spec.pp_schedules for v in ([1] if s != "interleaved_1f1b" else spec.virtual_stages)]
     )
     sps = spec.sequence_parallel if tp > 1 else [False]
-    for sharding, recompute, (schedule, vs), sp in itertools.product(spec.shardings, spec.recomputes, schedules, sps):
+    eps = [ep for ep in spec.ep_degrees if dp % ep == 0] if moe else [1]
+    variants = itertools.product(spec.shardings, spec.recomputes, schedules, sps, eps)
+    for sharding, recompute, (schedule, vs), sp, ep in variants:
         yield dict(
             pp=pp,
             dp=dp,
@@ -148,6 +169,7 @@ def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int):
             virtual_stages=vs,
             num_microbatches=nmb,
             sequence_parallel=sp,
+            ep=ep,
         )
 
 
@@ -166,14 +188,15 @@ def sample_points(spec: SweepSpec) -> list[RunSpec]:
 
 
 def _sample_by_layout(points: list[RunSpec], n: int, rng: random.Random) -> list[RunSpec]:
-    """Draw a (pp, dp, tp) layout uniformly, then a point within it, without replacement.
+    """Draw a (pp, dp, tp, ep) layout uniformly, then a point within it, without replacement.
 
     Uniform over points would over-weight tensor parallelism, whose layouts have
-    the most variants (sequence parallel doubles them) and are the slowest to run.
+    the most variants (sequence parallel doubles them) and are the slowest to run; and
+    expert parallelism, which only moe shapes with FSDP have, would be rare.
     """
     by_layout: dict[tuple, list[RunSpec]] = {}
     for p in points:
-        by_layout.setdefault((p.plan.pp, p.plan.dp, p.plan.tp), []).append(p)
+        by_layout.setdefault((p.plan.pp, p.plan.dp, p.plan.tp, p.plan.ep), []).append(p)
     pools = {k: rng.sample(v, len(v)) for k, v in sorted(by_layout.items())}
     chosen = []
     while len(chosen) < n and pools:

@@ -34,7 +34,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, tasks, results, collective_timeout_s: float, log_path: str) -> None:
+def _worker(
+    rank: int, world_size: int, port: int, tasks, results, collective_timeout_s: float, log_path: str, core: int | None
+) -> None:
     # The rank's own output (library warnings, the profiler's trace markers) goes to
     # its log file, so the parent's progress bar stays readable.
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -42,6 +44,8 @@ def _worker(rank: int, world_size: int, port: int, tasks, results, collective_ti
     os.dup2(log, 2)
     # One intra-op thread per rank: ranks share the machine's cores like GPUs don't.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if core is not None:  # a core of its own: no rank is moved or shares a core's caches mid-step
+        os.sched_setaffinity(0, {core})
     # lazy: the measuring modules load after the redirect above, so what they print on import lands in the
     # rank's log; the parent never needs them
     import warnings
@@ -129,12 +133,23 @@ class LocalPool:
         self._tasks = [ctx.Queue() for _ in range(self.world_size)]
         port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        cores = sorted(os.sched_getaffinity(0))
+        pin = self.settings.pin_cores and self.world_size <= len(cores)
         self._procs = [
             ctx.Process(
                 target=_worker,
                 daemon=True,
                 name=f"plansight-rank{r}",
-                args=(r, self.world_size, port, self._tasks[r], self._results, self.deadline_s, str(self.log_path(r))),
+                args=(
+                    r,
+                    self.world_size,
+                    port,
+                    self._tasks[r],
+                    self._results,
+                    self.deadline_s,
+                    str(self.log_path(r)),
+                    cores[r] if pin else None,
+                ),
             )
             for r in range(self.world_size)
         ]

@@ -27,6 +27,9 @@ class MeasureSettings(BaseModel):
     """Timed steps; the row keeps their median, p10, p90 and the raw list."""
     memory_window_iters: int = Field(default=2, ge=1)
     """Steps inside the memory window: the second runs with optimizer state allocated."""
+    pin_cores: bool = False
+    """Local pool: pin rank r to the r-th usable core when there are at least as many cores as ranks (on a busy
+    VM it trades the scheduler's balancing for no migrations; the noise floor of a sweep tells which was better)."""
 
 
 def measure_on_rank(spec: RunSpec, device: torch.device, settings: MeasureSettings) -> dict:

@@ -1,4 +1,4 @@
-"""One plan on one rank: build the parallelised GPT, its optimizer and data, and step.
+"""One plan on one rank: build the parallelised model, its optimizer and data, and step.
 
 The same code runs under the local spawner (CPU, gloo) and under torchrun
 (GPU, NCCL); only ``device`` differs.
@@ -17,8 +17,10 @@ from collect.parallel.parallelize import parallelize
 from collect.parallel.pp import build_schedule, split_stage, stage_ids
 from collect.schema import RunSpec
 from collect.workloads.gpt import GPT, cross_entropy_loss
+from collect.workloads.llama import Llama
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODELS = {"gpt": GPT, "llama": Llama, "moe": Llama}  # a moe model is a Llama whose MoE layers hold experts
 
 
 class PlanTrainer:
@@ -29,7 +31,7 @@ class PlanTrainer:
         w, plan = spec.workload, spec.plan
         self.mesh = build_mesh(plan, device.type)
         with torch.device("meta"):
-            meta_model = GPT(w).to(TORCH_DTYPES[w.dtype])
+            meta_model = MODELS[w.family](w).to(TORCH_DTYPES[w.dtype])
         if plan.pp_enabled:
             pp_rank = self.mesh["pp"].get_local_rank()
             self.stages = {

@@ -24,6 +24,9 @@ _SAVED_OPS = {
     _aten._scaled_dot_product_efficient_attention.default,
     _aten._scaled_dot_product_flash_attention_for_cpu.default,
     _aten._scaled_dot_product_cudnn_attention.default,
+    # expert parallelism's dispatch and combine: recomputing them would repeat the communication (torchtitan
+    # saves them too)
+    torch.ops._c10d_functional.all_to_all_single.default,
 }
 
 

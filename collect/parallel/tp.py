@@ -1,7 +1,8 @@
 """Tensor (and sequence) parallelism through DTensor's ``parallelize_module``.
 
 The Megatron split, as torchtitan's ``apply_tp``: q/k/v and the first MLP
-matmul column-wise, the attention output and second MLP matmul row-wise, the
+matmul column-wise (SwiGLU's gate w3 too; key/value heads split like query
+heads, so kv_heads must divide by tp), the attention output and second MLP matmul row-wise, the
 token embedding split over the vocabulary, the LM head column-wise. With
 sequence parallelism the norms and the residual stream are sharded along the
 sequence (dim 1), turning each block's all-reduce into reduce-scatter +
@@ -34,7 +35,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> 
             top_plan["norm"] = SequenceParallel()
         parallelize_module(model, tp_mesh, top_plan)
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, _block_plan(sequence_parallel, residual))
+        parallelize_module(block, tp_mesh, _block_plan(block, sequence_parallel, residual))
     if sequence_parallel and model.embeddings is not None:
         # The embedding output is replicated; the first block takes its sequence shard.
         first = next(iter(model.layers.values()))
@@ -45,7 +46,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> 
         )
 
 
-def _block_plan(sequence_parallel: bool, residual) -> dict:
+def _block_plan(block: nn.Module, sequence_parallel: bool, residual) -> dict:
     plan = {
         "attention": PrepareModuleInput(input_layouts=(residual,), desired_input_layouts=(Replicate(),)),
         "attention.wq": ColwiseParallel(),
@@ -56,6 +57,8 @@ def _block_plan(sequence_parallel: bool, residual) -> dict:
         "feed_forward.w1": ColwiseParallel(),
         "feed_forward.w2": RowwiseParallel(output_layouts=residual),
     }
+    if hasattr(block.feed_forward, "w3"):  # SwiGLU's gate runs beside w1, split the same way
+        plan["feed_forward.w3"] = ColwiseParallel()
     if sequence_parallel:
         plan["attention_norm"] = SequenceParallel()
         plan["ffn_norm"] = SequenceParallel()

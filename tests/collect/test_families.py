@@ -116,11 +116,17 @@ def test_gpt_run_ids_do_not_move_when_fields_are_added():
     assert spec.run_id == "85adf0741f1b8dc9"
 
 
-def test_context_and_expert_parallel_are_refused_by_the_collector_with_the_reason():
+def test_what_the_collector_cannot_measure_is_refused_with_the_reason():
     moe = Workload(**MIXTRAL_8X7B, **{**BATCH, "global_batch_size": 2})
     cluster = Cluster(devices_per_node=4, memory_bytes=2**36)
-    problems = collect_problems(moe, Plan(dp=2, cp=2, ep=2, sharding="fsdp_grad_op"), cluster)
+    problems = collect_problems(moe, Plan(dp=2, cp=2, ep=2, sharding="zero1", recompute="selective"), cluster)
     assert any(
         "plan.cp (2) is predicted only: torch's context_parallel cannot shard CPU attention" in p for p in problems
     )
-    assert any("plan.ep (2) is predicted only" in p for p in problems)
+    assert any("plan.ep (2) with plan.sharding 'zero1' is predicted only" in p for p in problems)
+    assert any("plan.ep (2) with plan.recompute 'selective' is predicted only" in p for p in problems)
+    assert collect_problems(moe, Plan(dp=4, ep=2, sharding="fsdp_full", recompute="full"), cluster) == []
+    assert "family 'moe' is predicted only" in collect_problems(moe, Plan(tp=2, dp=2), cluster)[0]
+    tied = Workload(**LLAMA3_8B, **BATCH, tied_embeddings=True)
+    pipelined = Plan(pp=2, dp=4, num_microbatches=2)
+    assert "tied_embeddings with plan.pp (2)" in collect_problems(tied, pipelined, cluster)[0]

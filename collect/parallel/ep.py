@@ -1,0 +1,33 @@
+"""Expert parallelism: each MoE layer keeps experts / ep of its experts (collect.workloads.moe dispatches to them).
+
+A MoE layer is any module with ``shard_experts`` and an ``experts`` child, so this stays model-agnostic.
+
+Under FSDP the experts shard over the ranks that hold the same ones (dp_mod_ep), not over all of dp as the rest of
+the model does (torchtitan's apply_fsdp with ep); their gradients, already summed over the ep ranks by the
+all-to-all's backward, are divided by all of dp as every other gradient is (on NCCL; gloo cannot scale inside the
+reduce-scatter, and a gradient's scale changes neither time nor memory).
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+
+
+def moe_layers(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if hasattr(m, "shard_experts")]
+
+
+def apply_ep(model: nn.Module, ep_mesh: DeviceMesh) -> None:
+    for moe in moe_layers(model):
+        moe.shard_experts(ep_mesh)
+
+
+def shard_experts_fsdp(model: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> None:
+    """Before the blocks are sharded, so a block's own fully_shard leaves its experts to this one."""
+    for moe in moe_layers(model):
+        fully_shard(moe.experts, mesh=mesh["dp_mod_ep"], reshard_after_forward=reshard_after_forward)
+        if dist.get_backend() != "gloo":  # it reduces with PREMUL_SUM, which gloo lacks; the scale costs nothing
+            moe.experts.set_gradient_divide_factor(float(mesh["dp"].size()))

@@ -1,0 +1,93 @@
+"""A mixture-of-experts MLP without token dropping, with expert parallelism through all-to-all.
+
+A linear router scores the experts, each token goes to its top_k (weights from the softmax, as Mixtral's router
+without renormalising), and the shared experts take every token. Tokens are sorted by expert so each expert runs
+one matmul chain over its tokens (torchtitan's GroupedExperts, looped rather than grouped: CPU has no grouped GEMM).
+
+Under expert parallelism (``shard_experts``) a rank holds experts / ep of them: the sorted tokens go to the ranks
+that own their experts by one all-to-all (dispatch), come back by another (combine), as torchtitan's
+ExpertParallel does. The token counts are exchanged first so every rank knows what it receives.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed._functional_collectives import all_to_all_single, all_to_all_single_autograd, wait_tensor
+from torch.distributed.device_mesh import DeviceMesh
+
+from collect.schema import Workload
+
+
+class GroupedExperts(nn.Module):
+    """``experts`` SwiGLU MLPs stored as three stacked weights; tokens come sorted by expert."""
+
+    def __init__(self, experts: int, hidden: int, ffn_hidden: int):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden))
+        self.w2 = nn.Parameter(torch.empty(experts, ffn_hidden, hidden))
+        self.w3 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden))
+
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        chunks = torch.split(x, counts)
+        return torch.cat([(F.silu(c @ self.w1[e]) * (c @ self.w3[e])) @ self.w2[e] for e, c in enumerate(chunks)])
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        for weight in (self.w1, self.w2, self.w3):
+            nn.init.normal_(weight, std=0.02)
+
+
+class MoE(nn.Module):
+    def __init__(self, w: Workload):
+        super().__init__()
+        self.top_k, self.num_experts = w.top_k, w.experts
+        self.hidden, self.expert_ffn = w.hidden, w.expert_ffn_hidden
+        self.router = nn.Linear(w.hidden, w.experts, bias=False)
+        self.experts = GroupedExperts(w.experts, w.hidden, w.expert_ffn_hidden)
+        # the shared experts run as one SwiGLU of their summed width (DeepSeek-V3's implementation)
+        self.shared = GroupedExperts(1, w.hidden, w.shared_experts * w.expert_ffn_hidden) if w.shared_experts else None
+        self.ep_group: dist.ProcessGroup | None = None
+
+    def shard_experts(self, ep_mesh: DeviceMesh) -> None:
+        """Keep this rank's experts / ep experts (on the meta device, before materialisation)."""
+        local = self.num_experts // ep_mesh.size()
+        with torch.device("meta"):
+            self.experts = GroupedExperts(local, self.hidden, self.expert_ffn)
+        self.ep_group = ep_mesh.get_group()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        weights, chosen = self.router(x).softmax(dim=-1).topk(self.top_k, dim=-1)
+        order = chosen.flatten().argsort(stable=True)  # token slots sorted by expert
+        counts = torch.bincount(chosen.flatten(), minlength=self.num_experts)
+        out = self._run_experts(x[order // self.top_k], counts)[order.argsort()]
+        y = (out.view(-1, self.top_k, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
+        if self.shared is not None:
+            y = y + self.shared(x, [x.shape[0]])
+        return y.view(shape)
+
+    def _run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        if self.ep_group is None:
+            return self.experts(routed, counts.tolist())
+        ep = dist.get_world_size(self.ep_group)
+        send = counts.view(ep, -1)  # tokens for (destination rank, its local expert)
+        # recv[source, e]: tokens a source sends to local expert e. The functional collective, not
+        # dist.all_to_all_single: selective checkpointing must see the same ops when it recomputes the layer.
+        recv = wait_tensor(all_to_all_single(send.flatten(), None, None, self.ep_group)).view(ep, -1)
+        send_splits, recv_splits = send.sum(dim=1).tolist(), recv.sum(dim=1).tolist()
+        tokens = all_to_all_single_autograd(routed, recv_splits, send_splits, self.ep_group)
+        # they arrive grouped by source rank, then expert: regroup by expert for the expert loop
+        segment = torch.repeat_interleave(torch.arange(recv.numel()), recv.flatten())
+        by_expert = (segment % recv.shape[1]).argsort(stable=True)
+        out = self.experts(tokens[by_expert], recv.sum(dim=0).tolist())[by_expert.argsort()]
+        return all_to_all_single_autograd(out, send_splits, recv_splits, self.ep_group)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        self.experts.init_weights()
+        if self.shared is not None:
+            self.shared.init_weights()
