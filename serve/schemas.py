@@ -65,6 +65,11 @@ class ClusterSpec(_Request):
         return load_hardware(self.preset) if self.preset else {}
 
     @property
+    def has_float8(self) -> bool:
+        """Whether the preset's GPUs have FP8 matmuls (a datasheet FP8 peak)."""
+        return "float8" in self._preset.get("peak_flops_per_s", {})
+
+    @property
     def world_size(self) -> int:
         return self.nodes * (self.devices_per_node or self._preset.get("devices_per_node", 8))
 
@@ -105,7 +110,7 @@ def limit_problems(plan: Plan) -> list[str]:
 def _check_workload(w: Workload, cluster: ClusterSpec) -> None:
     if w.num_params > MAX_PARAMS:
         raise ValueError(f"workload: {w.num_params:.3g} parameters is over the limit of {MAX_PARAMS:.3g}")
-    if w.float8 != "none" and cluster.preset and "float8" not in cluster._preset.get("peak_flops_per_s", {}):
+    if w.float8 != "none" and cluster.preset and not cluster.has_float8:
         raise ValueError(
             f"workload.float8 ({w.float8!r}) needs GPUs with FP8 matmuls (H100, H200, B200); "
             f"cluster.preset {cluster.preset!r} has none"

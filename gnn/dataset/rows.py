@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.schema.workload import LATER_FIELDS
 from collect.store import ResultStore
 
 ASSUMED_VOCAB = 51200  # Megatron's padded GPT-2 vocabulary, the default of the framework vTrain measured
@@ -27,6 +28,19 @@ def _get(row, name, default=None):
     return value
 
 
+def _later_fields(row, model, names) -> dict:
+    """Fields added with the llama and moe families, at their defaults where a row (a GPT one, or one collected
+    before they existed) has none; a column with gaps holds floats, so integers are made integers again."""
+    out = {}
+    for name in names:
+        default = model.model_fields[name].default
+        value = _get(row, name, default)
+        if isinstance(value, float) and model.model_fields[name].annotation is not float:
+            value = int(value)
+        out[name] = bool(value) if isinstance(default, bool) else value
+    return out
+
+
 def row_to_spec(row) -> tuple[RunSpec, str, dict]:
     """(spec, hardware name, flags) for a row of data/runs."""
     flags = {
@@ -35,7 +49,7 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
         "sharding_known": _get(row, "sharding") is not None,
     }
     w = Workload.model_construct(
-        family="gpt",
+        family=_get(row, "family", "gpt"),
         layers=int(_get(row, "layers")),
         hidden=int(_get(row, "hidden")),
         heads=int(_get(row, "heads")),
@@ -44,6 +58,7 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
         micro_batch_size=int(_get(row, "micro_batch_size")),
         global_batch_size=int(_get(row, "global_batch_size")),
         dtype=_get(row, "dtype", ASSUMED_DTYPE),
+        **_later_fields(row, Workload, LATER_FIELDS),
     )
     p = Plan.model_construct(
         dp=int(_get(row, "dp")),
@@ -55,6 +70,7 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
         virtual_stages=int(_get(row, "virtual_stages", 1)),
         num_microbatches=int(_get(row, "num_microbatches")),
         sequence_parallel=bool(_get(row, "sequence_parallel", False)),
+        **_later_fields(row, Plan, ("cp", "ep", "float8_all_gather")),
     )
     hw = _get(row, "fingerprint_id", "a100-80gb")
     c = Cluster.model_construct(

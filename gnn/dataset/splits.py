@@ -2,7 +2,8 @@
 
 Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
-size; whole strategy families (interleaved 1F1B, full FSDP); and, on the A100
+size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
+family (trained on gpt and llama only); and, on the A100
 rows, the largest hidden size and the largest layer counts. Validation is a
 15% hash-slice of what is not test. ``all/random`` is the union of the
 domains' random splits: the served model (the champion) is trained on it, so
@@ -42,6 +43,8 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
             tests["held_out_world_size"] = d["world_size"] == d["world_size"].max()
             tests["held_out_interleaved_1f1b"] = d["pp_schedule"] == "interleaved_1f1b"
             tests["held_out_fsdp_full"] = d["sharding"] == "fsdp_full"
+            if d["family"].eq("moe").any():  # a family never seen in training: mixture-of-experts
+                tests["held_out_moe"] = d["family"] == "moe"
         else:
             tests["held_out_hidden"] = d["hidden"] == d["hidden"].max()
             tests["held_out_layers"] = d["layers"] >= sorted(d["layers"].unique())[-2]

@@ -1,9 +1,12 @@
 """The plan space of one (workload, cluster, global batch): every valid plan, or one chosen by name.
 
-A plan here fixes dp x tp x pp (their product is the world size), sharding,
-recompute, pipeline schedule (and virtual stages), sequence parallel, and the
+A plan here fixes dp x cp x tp x pp (their product is the world size), sharding,
+recompute, pipeline schedule (and virtual stages), sequence parallel, the
 micro-batch size and count (dp x micro_batch_size x num_microbatches = the
-global batch). Only combinations the schema accepts (plan_problems) exist.
+global batch), the expert-parallel degree of a moe model (borrowed from dp x cp)
+and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with tensorwise or
+rowwise scaling; tensorwise under FSDP may all-gather in FP8). Only combinations
+the schema accepts (plan_problems) exist.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from collect.schema import PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, Cluster, Plan, RunSpec, Workload, plan_problems
-from collect.sweep import layouts
+from collect.sweep import divisors, layouts
 from serve.schemas import limit_problems
+
+Layout = tuple[int, int, int, int]  # (pp, dp, cp, tp)
 
 
 @dataclass(frozen=True)
 class Space:
-    workload: Workload  # its micro_batch_size is replaced by each plan's own
+    workload: Workload  # its micro_batch_size (and float8, where precisions are searched) are replaced per plan
     cluster: Cluster
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     virtual_stages: tuple[int, ...] = (2,)
@@ -27,52 +32,79 @@ class Space:
     recomputes: tuple[str, ...] = RECOMPUTES
     schedules: tuple[str, ...] = PIPELINE_SCHEDULES
     max_tp: int = field(default=8)
+    context_parallel: tuple[int, ...] = (1, 2, 4, 8)
+    """cp degrees tried (each must also divide the sequence into 2 x cp chunks); (1,) leaves cp out."""
+    precisions: tuple[str, ...] = ()
+    """workload.float8 choices (serve.search.study gives all three on GPUs with FP8 matmuls); () keeps the
+    workload's own."""
 
     @property
     def global_batch_size(self) -> int:
         return self.workload.global_batch_size
 
-    def layouts(self) -> list[tuple[int, int, int]]:
-        """(pp, dp, tp) with tp within a node: tensor parallelism across nodes is never the fast choice."""
+    def layouts(self) -> list[Layout]:
+        """(pp, dp, cp, tp) with tp within a node: tensor parallelism across nodes is never the fast choice."""
         return self._layouts
 
     @cached_property
-    def _layouts(self) -> list[tuple[int, int, int]]:
+    def _layouts(self) -> list[Layout]:
         limit = min(self.max_tp, self.cluster.devices_per_node)
-        return [lay for lay in layouts(self.cluster.world_size) if lay[2] <= limit]
+        out = []
+        for pp, rest, tp in layouts(self.cluster.world_size):
+            if tp <= limit:
+                out += [(pp, rest // cp, cp, tp) for cp in self.context_parallel if rest % cp == 0]
+        return out
 
     @cached_property
-    def layouts_by_name(self) -> dict[str, tuple[int, int, int]]:
+    def layouts_by_name(self) -> dict[str, Layout]:
         """The layouts as the search's categorical choices, computed once per space, not once per trial."""
-        return {f"pp{pp}-dp{dp}-tp{tp}": (pp, dp, tp) for pp, dp, tp in self.layouts()}
+        return {layout_name(lay): lay for lay in self.layouts()}
+
+    @cached_property
+    def expert_degrees(self) -> tuple[int, ...]:
+        """ep choices: divisors of the expert count (1 only for dense models); a layout keeps those dividing dp x cp."""
+        w = self.workload
+        return tuple(divisors(w.experts)) if w.family == "moe" else (1,)
+
+    def precision_choices(self, sharding: str) -> list[tuple[str, bool]]:
+        """(float8, float8_all_gather) pairs: FP8 all-gathers only with tensorwise scaling under FSDP."""
+        fsdp = sharding.startswith("fsdp")
+        choices = self.precisions or (self.workload.float8,)
+        return [(f8, g) for f8 in choices for g in ((False, True) if f8 == "tensorwise" and fsdp else (False,))]
 
     def spec(
         self,
-        pp: int,
-        dp: int,
-        tp: int,
+        layout: Layout,
         mbs: int,
         sharding: str,
         recompute: str,
         schedule: str | None,
         virtual: int,
         sp: bool,
+        ep: int = 1,
+        float8: str | None = None,
+        float8_all_gather: bool = False,
     ) -> RunSpec | None:
         """The RunSpec of one choice, or None if the choice is not a valid plan."""
+        pp, dp, cp, tp = layout
         samples = dp * mbs
         if self.global_batch_size % samples:
             return None
-        w = self.workload.model_copy(update={"micro_batch_size": mbs})
+        update = {"micro_batch_size": mbs} | ({"float8": float8} if float8 is not None else {})
+        w = self.workload.model_copy(update=update)
         p = Plan.model_construct(
             dp=dp,
+            cp=cp,
             tp=tp,
             pp=pp,
+            ep=ep,
             sharding=sharding,
             recompute=recompute,
             pp_schedule=schedule if pp > 1 else None,
             virtual_stages=virtual if pp > 1 else 1,
             num_microbatches=self.global_batch_size // samples,
             sequence_parallel=sp,
+            float8_all_gather=float8_all_gather,
         )
         if limit_problems(p) or plan_problems(w, p, self.cluster):
             return None
@@ -85,9 +117,10 @@ class Space:
     @cached_property
     def _plans(self) -> list[RunSpec]:
         out = []
-        for (pp, dp, tp), mbs, sharding, recompute in itertools.product(
+        for layout, mbs, sharding, recompute in itertools.product(
             self.layouts(), self.micro_batch_sizes, self.shardings, self.recomputes
         ):
+            pp, dp, cp, tp = layout
             schedules = (
                 [(None, 1)]
                 if pp == 1
@@ -95,8 +128,16 @@ class Space:
                     (s, v) for s in self.schedules for v in (self.virtual_stages if s == "interleaved_1f1b" else (1,))
                 ]
             )
-            for (schedule, virtual), sp in itertools.product(schedules, (False, True) if tp > 1 else (False,)):
-                spec = self.spec(pp, dp, tp, mbs, sharding, recompute, schedule, virtual, sp)
+            eps = [ep for ep in self.expert_degrees if (dp * cp) % ep == 0]
+            for (schedule, virtual), sp, ep, (f8, gather) in itertools.product(
+                schedules, (False, True) if tp > 1 else (False,), eps, self.precision_choices(sharding)
+            ):
+                spec = self.spec(layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather)
                 if spec is not None:
                     out.append(spec)
         return out
+
+
+def layout_name(layout: Layout) -> str:
+    pp, dp, cp, tp = layout
+    return f"pp{pp}-dp{dp}-tp{tp}" if cp == 1 else f"pp{pp}-dp{dp}-cp{cp}-tp{tp}"

@@ -30,11 +30,12 @@ import optuna
 from tqdm import tqdm
 
 from collect import REPO
-from collect.schema import RunSpec
+from collect.schema import FLOAT8_SCALINGS, RunSpec
 from gnn.inference.predictor import BatchPredictor
 from serve.api import model_summary, predictions
 from serve.schemas import SearchRequest, SearchResponse, SearchResult
 from serve.search.space import Space
+from serve.search.trials import params_of, suggest
 
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'optuna.db'}"
 BATCH = 32  # trials asked per round: the sampler learns from each round's results
@@ -47,49 +48,10 @@ class SearchCancelled(RuntimeError):
 
 
 def space_of(request: SearchRequest) -> Space:
-    return Space(request.workload, request.cluster.cluster(), micro_batch_sizes=request.micro_batch_sizes)
-
-
-def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
-    """Sample one plan; None if the sampled combination is not a valid plan."""
-    layouts = space.layouts_by_name
-    pp, dp, tp = layouts[trial.suggest_categorical("layout", list(layouts))]
-    mbs = trial.suggest_categorical("micro_batch_size", list(space.micro_batch_sizes))
-    # torch composes DDP with tp only without dp, and ZeRO-1 never with tp (collect.schema)
-    shardings = [s for s in space.shardings if not ((s == "none" and tp > 1 and dp > 1) or (s == "zero1" and tp > 1))]
-    sharding = trial.suggest_categorical(f"sharding_tp{min(tp, 2)}_dp{min(dp, 2)}", shardings)
-    recompute = trial.suggest_categorical("recompute", list(space.recomputes))
-    schedule, virtual = None, 1
-    if pp > 1:
-        choices = [
-            s if s != "interleaved_1f1b" else f"{s}_v{v}"
-            for s in space.schedules
-            for v in (space.virtual_stages if s == "interleaved_1f1b" else (1,))
-        ]
-        picked = trial.suggest_categorical("schedule", choices)
-        schedule, virtual = (
-            (picked.rsplit("_v", 1)[0], int(picked.rsplit("_v", 1)[1])) if "_v" in picked else (picked, 1)
-        )
-    sp = trial.suggest_categorical("sequence_parallel", [False, True]) if tp > 1 else False
-    return space.spec(pp, dp, tp, mbs, sharding, recompute, schedule, virtual, sp)
-
-
-def params_of(spec: RunSpec) -> dict:
-    """The trial parameters under which suggest() samples ``spec``: for enqueueing a known plan."""
-    p = spec.plan
-    params = {
-        "layout": f"pp{p.pp}-dp{p.dp}-tp{p.tp}",
-        "micro_batch_size": spec.workload.micro_batch_size,
-        f"sharding_tp{min(p.tp, 2)}_dp{min(p.dp, 2)}": p.sharding,
-        "recompute": p.recompute,
-    }
-    if p.pp > 1:
-        params["schedule"] = (
-            p.pp_schedule if p.pp_schedule != "interleaved_1f1b" else f"{p.pp_schedule}_v{p.virtual_stages}"
-        )
-    if p.tp > 1:
-        params["sequence_parallel"] = p.sequence_parallel
-    return params
+    w = request.workload
+    # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
+    precisions = FLOAT8_SCALINGS if request.cluster.has_float8 and w.dtype == "bfloat16" else ()
+    return Space(w, request.cluster.cluster(), micro_batch_sizes=request.micro_batch_sizes, precisions=precisions)
 
 
 def exhaustive(request: SearchRequest, space: Space) -> list[RunSpec] | None:
@@ -140,7 +102,7 @@ def run_search(
     study = make_study(request, name, storage)
     _requeue_abandoned(study)
     if plans is not None:
-        _enqueue_missing(study, plans)
+        _enqueue_missing(study, plans, space)
         todo = _count(study, optuna.trial.TrialState.WAITING)
     else:
         todo = request.trials - len(finished_trials(study))
@@ -188,7 +150,7 @@ def _requeue_abandoned(study: optuna.Study) -> None:
             study.enqueue_trial(params, user_attrs={"retry_of": t.number})
 
 
-def _enqueue_missing(study: optuna.Study, plans: list[RunSpec]) -> None:
+def _enqueue_missing(study: optuna.Study, plans: list[RunSpec], space: Space) -> None:
     """Queue each plan of the space that is neither evaluated nor queued yet."""
     seen = {
         _key(t.system_attrs.get("fixed_params") or t.params)
@@ -198,7 +160,7 @@ def _enqueue_missing(study: optuna.Study, plans: list[RunSpec]) -> None:
         )
     }
     for spec in plans:
-        params = params_of(spec)
+        params = params_of(spec, space)
         if _key(params) not in seen:
             study.enqueue_trial(params)
             seen.add(_key(params))

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from experiments.evaluate import evaluate_predictor
@@ -33,6 +34,25 @@ def test_splits_are_deterministic_and_disjoint(vtrain_dataset):
         assert not set(parts["train"]) & set(parts["test"]) and not set(parts["val"]) & set(parts["test"])
     test = dataset.meta.loc[a["a100/held_out_hidden"]["test"]]
     assert (test.hidden == dataset.meta.hidden.max()).all()
+
+
+def test_the_moe_family_is_held_out_whole_and_only_where_there_is_one():
+    n = 60
+    meta = pd.DataFrame(
+        {
+            "run_id": [f"run{i}" for i in range(n)],
+            "domain": "cpu",
+            "family": ["gpt", "llama", "moe"] * (n // 3),
+            "num_params": range(n),
+            "world_size": [1, 2, 4] * (n // 3),
+            "pp_schedule": None,
+            "sharding": "none",
+        }
+    )
+    parts = named_splits(meta)["cpu/held_out_moe"]
+    assert (meta.loc[parts["test"], "family"] == "moe").all() and len(parts["test"]) == n // 3
+    assert set(meta.loc[np.concatenate([parts["train"], parts["val"]]), "family"]) == {"gpt", "llama"}
+    assert "cpu/held_out_moe" not in named_splits(meta[meta.family != "moe"].reset_index(drop=True))
 
 
 @pytest.mark.parametrize("name", BASELINE_NAMES)

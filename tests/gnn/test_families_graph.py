@@ -84,3 +84,29 @@ def test_float8_runs_the_linears_at_the_fp8_peak():
     )
     peaks = hw.flops_per_s
     assert fp8_mlp / bf16_mlp == pytest.approx(peaks["bfloat16"] / peaks["float8"])
+
+
+@pytest.mark.parametrize(
+    "workload, plan",
+    [
+        (dict(LLAMA, tied_embeddings=True), dict(dp=2, sharding="fsdp_full")),
+        (dict(MOE, shared_experts=1, expert_imbalance=1.5), dict(dp=4, ep=2, sharding="fsdp_grad_op")),
+    ],
+)
+def test_a_collected_row_of_each_family_reads_back_as_its_spec(workload, plan):
+    """A row as the collector stores it, in a frame with GPT rows (whose family columns are then gaps)."""
+    import pandas as pd
+
+    from collect.launch.result import RunResult, build_row
+    from collect.schema.workload import LATER_FIELDS
+    from gnn.dataset.rows import row_to_spec
+
+    spec = _spec(workload, **plan)
+    gpt = _spec(dict(layers=2, hidden=64, heads=4, vocab=128, seq_len=32), dp=2)
+    result = RunResult(status="ok", iter_times_s=[0.1], peak_mem_bytes_per_rank=[1], rss_hwm_bytes_per_rank=[None])
+    later = {*LATER_FIELDS, "cp", "ep", "float8_all_gather"}
+    old = {k: v for k, v in build_row(gpt, result).items() if k not in later}  # collected before they existed
+    rows = pd.DataFrame([old, build_row(spec, result)])
+    back = [row_to_spec(row)[0] for _, row in rows.iterrows()]
+    assert back[1].workload == spec.workload and back[1].plan == spec.plan
+    assert back[0].workload == gpt.workload and back[0].plan == gpt.plan

@@ -7,7 +7,8 @@ import optuna
 import pytest
 
 from serve.schemas import SearchRequest
-from serve.search.study import exhaustive, feasible_trials, params_of, run_search, search, space_of, suggest
+from serve.search.study import exhaustive, feasible_trials, run_search, search, space_of
+from serve.search.trials import params_of, suggest
 from tests.serve.conftest import CLUSTER, WORKLOAD
 
 
@@ -37,7 +38,7 @@ def _accounted(study, found) -> int:
 def test_every_plan_round_trips_through_the_trial_parameters(request_small):
     space = space_of(request_small)
     for spec in space.enumerate():
-        assert suggest(optuna.trial.FixedTrial(params_of(spec)), space) == spec
+        assert suggest(optuna.trial.FixedTrial(params_of(spec, space)), space) == spec
 
 
 def test_exhaustive_search_finds_the_enumerated_optimum(predictor, request_small, tmp_path):
@@ -126,7 +127,7 @@ def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor,
         for t in study.trials
         if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     ]
-    space = {json.dumps(params_of(s), sort_keys=True) for s in space_of(request).enumerate()}
+    space = {json.dumps(params_of(s, space_of(request)), sort_keys=True) for s in space_of(request).enumerate()}
     assert len(evaluated) == len(set(evaluated)) == len(space) and set(evaluated) == space
 
 
@@ -134,3 +135,22 @@ def test_a_search_reports_what_it_searched(predictor, request_small, tmp_path):
     request = request_small.model_copy(update={"trials": 1000, "sampler": "exhaustive"})
     response = search(predictor, request, storage=f"sqlite:///{tmp_path / 'r.db'}")
     assert response.sampler == "exhaustive" and response.trials == response.distinct_plans == response.space_size
+
+
+def test_the_space_explores_expert_and_context_parallelism_and_fp8_where_the_gpus_have_it():
+    moe = {
+        "family": "moe", "layers": 4, "hidden": 1024, "heads": 16, "kv_heads": 4, "experts": 8, "top_k": 2,
+        "expert_ffn_hidden": 1024, "seq_len": 4096, "vocab": 32000, "micro_batch_size": 1, "global_batch_size": 16,
+        "dtype": "bfloat16",
+    }  # fmt: skip
+    request = SearchRequest.model_validate({"workload": moe, "cluster": {"preset": "h100-80gb"}, "trials": 100})
+    space = space_of(request)
+    plans = space.enumerate()
+    assert {p.plan.ep for p in plans} == {1, 2, 4, 8} and {p.plan.cp for p in plans} == {1, 2, 4, 8}
+    assert all((p.plan.dp * p.plan.cp) % p.plan.ep == 0 for p in plans)  # ep borrows dp x cp's ranks
+    assert {p.workload.float8 for p in plans} == {"none", "tensorwise", "rowwise"}
+    assert any(p.plan.float8_all_gather for p in plans)
+    for spec in plans[:: len(plans) // 200]:
+        assert suggest(optuna.trial.FixedTrial(params_of(spec, space)), space) == spec
+    a100 = SearchRequest.model_validate({"workload": moe, "cluster": {"preset": "a100-80gb"}, "trials": 100})
+    assert {p.workload.float8 for p in space_of(a100).enumerate()} == {"none"}  # no FP8 matmuls on an A100

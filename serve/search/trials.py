@@ -1,0 +1,71 @@
+"""A plan as Optuna trial parameters and back: sampled conditionally (schedules only with pp > 1, sequence
+parallel only with tp > 1, shardings torch can compose, ep only for moe models, FP8 only where the space has
+it), so almost every trial is a valid plan."""
+
+from __future__ import annotations
+
+import optuna
+
+from collect.schema import RunSpec
+from serve.search.space import Space, layout_name
+
+
+def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
+    """Sample one plan; None if the sampled combination is not a valid plan."""
+    layouts = space.layouts_by_name
+    layout = layouts[trial.suggest_categorical("layout", list(layouts))]
+    pp, dp, cp, tp = layout
+    mbs = trial.suggest_categorical("micro_batch_size", list(space.micro_batch_sizes))
+    # torch composes DDP with tp only without dp, and ZeRO-1 never with tp (collect.schema)
+    shardings = [s for s in space.shardings if not ((s == "none" and tp > 1 and dp > 1) or (s == "zero1" and tp > 1))]
+    sharding = trial.suggest_categorical(f"sharding_tp{min(tp, 2)}_dp{min(dp, 2)}", shardings)
+    recompute = trial.suggest_categorical("recompute", list(space.recomputes))
+    schedule, virtual = None, 1
+    if pp > 1:
+        choices = [
+            s if s != "interleaved_1f1b" else f"{s}_v{v}"
+            for s in space.schedules
+            for v in (space.virtual_stages if s == "interleaved_1f1b" else (1,))
+        ]
+        picked = trial.suggest_categorical("schedule", choices)
+        schedule, virtual = (
+            (picked.rsplit("_v", 1)[0], int(picked.rsplit("_v", 1)[1])) if "_v" in picked else (picked, 1)
+        )
+    sp = trial.suggest_categorical("sequence_parallel", [False, True]) if tp > 1 else False
+    # ep from a fixed list (a plan whose ep does not divide dp x cp is pruned with the reason)
+    ep = trial.suggest_categorical("ep", list(space.expert_degrees)) if len(space.expert_degrees) > 1 else 1
+    precision = _suggest_precision(trial, space, sharding)
+    return space.spec(layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision)
+
+
+def _suggest_precision(trial: optuna.Trial, space: Space, sharding: str) -> tuple[str | None, bool]:
+    if not space.precisions:
+        return None, False
+    f8 = trial.suggest_categorical("float8", list(space.precisions))
+    if f8 == "tensorwise" and sharding.startswith("fsdp"):
+        return f8, trial.suggest_categorical("float8_all_gather", [False, True])
+    return f8, False
+
+
+def params_of(spec: RunSpec, space: Space) -> dict:
+    """The trial parameters under which suggest() samples ``spec``: for enqueueing a known plan."""
+    p = spec.plan
+    params = {
+        "layout": layout_name((p.pp, p.dp, p.cp, p.tp)),
+        "micro_batch_size": spec.workload.micro_batch_size,
+        f"sharding_tp{min(p.tp, 2)}_dp{min(p.dp, 2)}": p.sharding,
+        "recompute": p.recompute,
+    }
+    if p.pp > 1:
+        params["schedule"] = (
+            p.pp_schedule if p.pp_schedule != "interleaved_1f1b" else f"{p.pp_schedule}_v{p.virtual_stages}"
+        )
+    if p.tp > 1:
+        params["sequence_parallel"] = p.sequence_parallel
+    if len(space.expert_degrees) > 1:
+        params["ep"] = p.ep
+    if space.precisions:
+        params["float8"] = spec.workload.float8
+        if spec.workload.float8 == "tensorwise" and p.fsdp_enabled:
+            params["float8_all_gather"] = p.float8_all_gather
+    return params
