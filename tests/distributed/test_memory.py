@@ -85,7 +85,10 @@ def test_fsdp_peak_stays_put_as_the_window_grows():
 
 @pytest.mark.distributed
 def test_fsdp_peak_is_the_same_under_a_cpu_hog():
-    """The peak counts bytes, not time: two processes spinning on both cores change nothing."""
+    """The peak counts bytes, not time: two processes spinning on both cores change it by no more than FSDP2's
+    own scheduling does. How many gathered blocks overlap moves the peak in steps of one block's buffers (263 KB
+    here: 10.81, 11.07, 11.34 or 11.60 MB, quiet or busy alike, with or without gloo_settle); before gloo_settle
+    stopped stalling every collective 50 ms, the stalls serialised FSDP and hid those steps."""
     quiet = _fsdp_peak(2)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -94,4 +97,4 @@ def test_fsdp_peak_is_the_same_under_a_cpu_hog():
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert busy == pytest.approx(quiet, rel=0.01)
+    assert busy == pytest.approx(quiet, rel=0.1)
