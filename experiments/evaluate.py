@@ -1,6 +1,6 @@
 """Evaluate the GNN and every baseline on every named split; print the table, write and log the records.
 
-    python -m experiments.evaluate [--members 3] [--no-gnn] [--ablation-splits SPLIT ...]     (make evaluate)
+    python -m experiments.evaluate [--members 3] [--no-gnn] [--splits SPLIT ...] [--ablation-splits SPLIT ...]
 
 Baselines are fit on a split's training and validation rows (they have no
 hyper-parameters to select) and scored on its test rows, per hardware domain.
@@ -222,10 +222,18 @@ def main() -> None:
         default=list(ABLATION_SPLITS),
         help="splits for the ablations, or 'all' (default: the random split and whole held-out shapes)",
     )
+    parser.add_argument(
+        "--splits", nargs="*", help="evaluate only these splits (e.g. all/random cpu/held_out_moe; default: every one)"
+    )
     args = parser.parse_args()
 
     ds = PlanGraphs()
     splits = named_splits(ds.meta)
+    if args.splits:
+        unknown = sorted(set(args.splits) - set(splits))
+        if unknown:
+            parser.error(f"--splits: unknown {unknown}; the splits are {sorted(splits)}")
+        splits = {name: parts for name, parts in splits.items() if name in args.splits}
     records = noise_records(ds.meta, splits)
     for split, parts in splits.items():
         if split != SERVING_SPLIT:
@@ -239,7 +247,7 @@ def main() -> None:
     ]
     trained = gnn_splits(splits)
     jobs = [] if args.no_gnn else [("gnn", cfg, split) for split in trained]
-    ablated = trained if args.ablation_splits == ["all"] else args.ablation_splits
+    ablated = trained if args.ablation_splits == ["all"] else [s for s in args.ablation_splits if s in splits]
     jobs += [] if args.no_gnn else [(name, c, split) for name, c in ablations for split in ablated]
     for name, c, split in tqdm(jobs, desc="GNN ensembles", unit="split"):
         records += evaluate_gnn(ds, split, splits[split], c, name)

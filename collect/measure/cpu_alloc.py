@@ -11,17 +11,36 @@ freed by their own allocator and never counted.
 from __future__ import annotations
 
 import functools
+import time
+import warnings
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "csrc" / "counting_allocator.cpp"
+NAME = "plansight_counting_allocator"
+STALE_LOCK_S = 600.0  # a build takes ~30 s: a lock this old was left by a build killed mid-way
 
 
 @functools.cache
 def _extension():
     # lazy: only processes that measure CPU memory pay for the build check and the compiler
-    from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import _get_build_directory, load
 
-    return load("plansight_counting_allocator", [str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+    clear_stale_lock(Path(_get_build_directory(NAME, verbose=False)))
+    return load(NAME, [str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+
+
+def clear_stale_lock(build_dir: Path) -> bool:
+    """Remove the build lock a killed build left behind: torch's loader would wait on it for ever."""
+    lock = build_dir / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < STALE_LOCK_S:
+        return False  # another process may be building right now
+    warnings.warn(f"removing {lock}: left {age:.0f} s ago by a build that did not finish", stacklevel=2)
+    lock.unlink(missing_ok=True)
+    return True
 
 
 def build() -> None:
