@@ -79,8 +79,10 @@ def _fsdp_peak(steps: int) -> int:
 @pytest.mark.distributed
 def test_fsdp_peak_stays_put_as_the_window_grows():
     """FSDP over dp = 2 reduce-scatters gradients through gloo, whose worker threads free what they held.
-    Every step after the first holds the same state, so 8 steps peak where 2 do."""
-    assert _fsdp_peak(8) == pytest.approx(_fsdp_peak(2), rel=0.01)
+    Every step after the first holds the same state, so 8 steps peak where 2 do, give or take the steps of one
+    block's buffers that FSDP2's overlap moves the peak by (up to 7.3% seen, see the hog test below); the old
+    profiler reading grew 42% here (10.8 to 15.3 MB), which 15% still fails."""
+    assert _fsdp_peak(8) == pytest.approx(_fsdp_peak(2), rel=0.15)
 
 
 @pytest.mark.distributed
@@ -97,7 +99,7 @@ def test_fsdp_peak_is_the_same_under_a_cpu_hog():
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert busy == pytest.approx(quiet, rel=0.1)
+    assert busy == pytest.approx(quiet, rel=0.15)
 
 
 def test_a_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
