@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
+from collect.schema.choices import Float8
 
 MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
@@ -193,6 +194,8 @@ class SearchRequest(_Request):
 class SearchResult(BaseModel):
     plan: Plan
     micro_batch_size: int
+    float8: Float8 = "none"
+    """The precision the search chose for the workload's GEMMs (none: the workload's dtype throughout)."""
     prediction: PlanPrediction
 
 

@@ -22,7 +22,11 @@ def plot_search(response, path: str | Path) -> Path:
     ax.errorbar(t, m, xerr=[lo, hi], fmt="o-" if response.pareto else "o", capsize=3)
     for r, x, y in zip(points[:8], t, m):
         ax.annotate(
-            plan_label(r.plan, r.micro_batch_size), (x, y), fontsize=6, xytext=(4, 4), textcoords="offset points"
+            plan_label(r.plan, r.micro_batch_size, r.float8),
+            (x, y),
+            fontsize=6,
+            xytext=(4, 4),
+            textcoords="offset points",
         )
     ax.set(
         xlabel="predicted iteration time (ms), 80% interval",

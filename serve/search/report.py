@@ -7,9 +7,11 @@ from tabulate import tabulate
 from serve.schemas import SearchResponse
 
 
-def plan_label(plan, micro_batch_size: int) -> str:
+def plan_label(plan, micro_batch_size: int, float8: str = "none") -> str:
     parts = [
-        f"dp{plan.dp} tp{plan.tp} pp{plan.pp}",
+        f"dp{plan.dp} tp{plan.tp} pp{plan.pp}"
+        + (f" cp{plan.cp}" if plan.cp > 1 else "")
+        + (f" ep{plan.ep}" if plan.ep > 1 else ""),
         plan.sharding,
         f"recompute={plan.recompute}",
         f"mbs={micro_batch_size} x{plan.num_microbatches}",
@@ -18,6 +20,8 @@ def plan_label(plan, micro_batch_size: int) -> str:
         parts.append(plan.pp_schedule + (f"/v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
     if plan.sequence_parallel:
         parts.append("sp")
+    if float8 != "none":
+        parts.append(f"fp8={float8}" + ("+ag" if plan.float8_all_gather else ""))
     return " ".join(parts)
 
 
@@ -29,7 +33,7 @@ def print_table(response: SearchResponse) -> None:
         rows.append(
             [
                 i,
-                plan_label(r.plan, r.micro_batch_size),
+                plan_label(r.plan, r.micro_batch_size, r.float8),
                 f"{p.iter_time_s * 1e3:.1f}",
                 f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
                 f"{p.peak_mem_bytes / 2**30:.2f}",

@@ -204,7 +204,7 @@ def _results(
         return []
     columns = predictor.predict_columns(specs, request.cluster.hardware_name(), workers=0)
     return [
-        SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, prediction=p)
+        SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, float8=s.workload.float8, prediction=p)
         for s, p in zip(specs, predictions(columns))
     ]
 

@@ -154,3 +154,14 @@ def test_the_space_explores_expert_and_context_parallelism_and_fp8_where_the_gpu
         assert suggest(optuna.trial.FixedTrial(params_of(spec, space)), space) == spec
     a100 = SearchRequest.model_validate({"workload": moe, "cluster": {"preset": "a100-80gb"}, "trials": 100})
     assert {p.workload.float8 for p in space_of(a100).enumerate()} == {"none"}  # no FP8 matmuls on an A100
+
+
+def test_a_plan_line_names_every_choice_the_search_made():
+    """Two plans that differ only in cp, ep or FP8 must not read the same in the table."""
+    from collect.schema import Plan
+    from serve.search.report import plan_label
+
+    plan = Plan(dp=4, cp=2, ep=8, tp=2, sharding="fsdp_full", num_microbatches=4, float8_all_gather=True)
+    label = plan_label(plan, 1, "tensorwise")
+    assert "dp4 tp2 pp1 cp2 ep8" in label and "fp8=tensorwise+ag" in label
+    assert "cp" not in plan_label(Plan(dp=4), 1) and "fp8" not in plan_label(Plan(dp=4), 1)
