@@ -69,7 +69,7 @@ def cpu_fingerprint() -> str:
 def cpu_space() -> Space:
     workload = Workload(**SHAPE, micro_batch_size=1, global_batch_size=8)
     cluster = Cluster(nodes=1, devices_per_node=4, memory_bytes=CAPACITY)
-    return Space(workload, cluster, micro_batch_sizes=(1, 2), max_tp=2, context_parallel=(1,))  # cp: predicted only
+    return Space(workload, cluster, micro_batch_sizes=(1, 2), max_tp=2, context_parallel=(1,), collectable_only=True)
 
 
 def _spec(space: Space, plan, micro_batch_size: int) -> RunSpec:

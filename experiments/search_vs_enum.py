@@ -78,7 +78,7 @@ def main() -> None:
             predictor,
             "a100 20x1536 on 8 GPUs",
             a100,
-            Space(a100.workload, a100.cluster.cluster(), context_parallel=(1,)),  # the space the results were run on
+            Space(a100.workload, a100.cluster.cluster(), context_parallel=(1,), collectable_only=True),  # as run
             args.seeds,
             args.max_trials,
         )

@@ -3,8 +3,9 @@
 Split first, then parallelise each stage like a whole model (torchtitan
 ``pipeline_llm``): every rank builds the GPT on the meta device, keeps the
 blocks its stages own, and wraps each stage in a PipelineStage. Stage s of
-S = pp * virtual_stages owns blocks [s*L/S, (s+1)*L/S); interleaved schedules
-give rank r the stages r, r + pp, r + 2pp, ... ("looped" placement).
+S = pp * virtual_stages owns the s-th run of Plan.stage_layers's counts (even
+when the layers divide); interleaved schedules give rank r the stages r, r + pp,
+r + 2pp, ... ("looped" placement).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def stage_ids(plan: Plan, pp_rank: int) -> list[int]:
 
 def split_stage(meta_model: nn.Module, plan: Plan, stage: int) -> nn.Module:
     """A copy of the (meta) model holding only the given stage's blocks."""
-    num_layers = len(meta_model.layers)
-    per_stage = num_layers // plan.num_stages
-    keep = {str(i) for i in range(stage * per_stage, (stage + 1) * per_stage)}
+    counts = plan.stage_layers(len(meta_model.layers))
+    start = sum(counts[:stage])
+    keep = {str(i) for i in range(start, start + counts[stage])}
     part = copy.deepcopy(meta_model)
     for name in list(part.layers.keys()):
         if name not in keep:

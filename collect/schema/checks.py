@@ -89,20 +89,6 @@ def _tp_problems(w: Workload, p: Plan) -> list[str]:
         problems.append("plan.sequence_parallel needs plan.tp > 1")
     if p.sequence_parallel and w.seq_len % p.tp:
         problems.append(f"workload.seq_len ({w.seq_len}) must be divisible by plan.tp ({p.tp}) with sequence_parallel")
-    if p.sharding == "none" and p.tp_enabled and p.dp_enabled:
-        # DDP flattens gradients into plain buckets and cannot hold DTensor parameters
-        # (torchtitan refuses the same combination); FSDP2 composes with TP.
-        problems.append(
-            "plan.sharding 'none' (DDP) cannot be combined with plan.tp > 1 and plan.dp > 1 "
-            "(DDP does not support DTensor parameters); use fsdp_grad_op for dp x tp"
-        )
-    if p.sharding == "zero1" and p.tp_enabled:
-        # ZeroRedundancyOptimizer partitions and broadcasts plain tensors; it cannot
-        # hold DTensor parameters, so ZeRO-1 composes with dp and pp only.
-        problems.append(
-            "plan.sharding 'zero1' cannot be combined with plan.tp > 1 "
-            "(ZeroRedundancyOptimizer does not support DTensor parameters); use fsdp_grad_op"
-        )
     return problems
 
 
@@ -119,14 +105,12 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
     if not interleaved and p.virtual_stages != 1:
         problems.append(f"plan.virtual_stages ({p.virtual_stages}) > 1 needs pp_schedule 'interleaved_1f1b'")
-    if w.layers % p.num_stages:
+    if min(p.stage_layers(w.layers)) < 1:
         problems.append(
-            f"workload.layers ({w.layers}) must be divisible by plan.pp ({p.pp}) * plan.virtual_stages "
-            f"({p.virtual_stages}) = {p.num_stages}: {w.layers} % {p.num_stages} = {w.layers % p.num_stages}"
-        )
-    if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
-        problems.append(
-            f"plan.pp_schedule '1f1b' needs plan.num_microbatches ({p.num_microbatches}) >= plan.pp ({p.pp})"
+            f"workload.layers ({w.layers}) leaves a pipeline stage empty over plan.pp ({p.pp}) * "
+            f"plan.virtual_stages ({p.virtual_stages}) = {p.num_stages} stages: "
+            f"{list(p.stage_layers(w.layers))} (Plan.stage_layers counts the embedding and the loss as a layer "
+            "each when the layers do not divide evenly)"
         )
     if interleaved and p.num_microbatches % p.pp:
         problems.append(
@@ -217,5 +201,26 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
         problems.append(
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "
             "(no FP8 hardware to check it on)"
+        )
+    return problems + _collect_plan_problems(p)
+
+
+def _collect_plan_problems(p: Plan) -> list[str]:
+    """Plans Megatron runs that torch's own APIs, which the collector uses, do not."""
+    problems = []
+    if p.sharding == "none" and p.tp_enabled and p.dp_enabled:
+        problems.append(
+            f"plan.sharding 'none' (DDP) with plan.tp ({p.tp}) and plan.dp ({p.dp}) is predicted only: torch's "
+            "DistributedDataParallel cannot hold DTensor parameters (Megatron's own DDP can; torchtitan refuses it)"
+        )
+    if p.sharding == "zero1" and p.tp_enabled:
+        problems.append(
+            f"plan.sharding 'zero1' with plan.tp ({p.tp}) is predicted only: torch's ZeroRedundancyOptimizer cannot "
+            "hold DTensor parameters (Megatron's distributed optimizer can)"
+        )
+    if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
+        problems.append(
+            f"plan.pp_schedule '1f1b' with plan.num_microbatches ({p.num_microbatches}) < plan.pp ({p.pp}) is "
+            "predicted only: torch's Schedule1F1B refuses it (Megatron runs it as a pipeline that never fills)"
         )
     return problems

@@ -100,6 +100,24 @@ class Plan(Strict):
     def interleaved(self) -> bool:
         return self.pp_schedule == "interleaved_1f1b"
 
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Transformer layers of each of the num_stages stages (stage s on pipeline rank s % pp).
+
+        Layers that divide evenly are split evenly (Megatron's default, and what the collector ran). Otherwise
+        the embedding and the loss count as one layer each, as Megatron's --account-for-embedding-in-pipeline-split
+        and --account-for-loss-in-pipeline-split do, and what is left over goes to the earliest stages, as
+        torchtitan's generate_llm_fqn_per_model_part does: Llama 3 405B's 126 layers on 16 stages give 7 to the
+        first and last stage and 8 to each other. A stage may come out empty: checks.plan_problems refuses that.
+        """
+        stages = self.num_stages
+        if layers % stages == 0:
+            return (layers // stages,) * stages
+        base, extra = divmod(layers + 2, stages)
+        counts = [base + (s < extra) for s in range(stages)]
+        counts[0] -= 1
+        counts[-1] -= 1
+        return tuple(counts)
+
 
 class Cluster(Strict):
     """Where the plan runs."""

@@ -89,8 +89,9 @@ def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, fl
     return flops, share * c.layer_params * db, c.boundary_bytes
 
 
-def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers_per_stage: int) -> float:
-    params = layers_per_stage * costs.layer_params
+def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers: int) -> float:
+    """Parameters of a pipeline stage holding ``layers`` blocks (and the embedding or head at the ends)."""
+    params = layers * costs.layer_params
     if stage == 0:
         params += costs.embed_params
     if stage == plan.num_stages - 1:
@@ -158,7 +159,7 @@ def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:
 def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
     """Closed-form peak of the first pipeline rank (the one holding most activations)."""
     c = block_costs(w, plan)
-    layers = w.layers // plan.pp
+    layers = sum(plan.stage_layers(w.layers)[:: plan.pp])  # the first pipeline rank's stages
     params = layers * c.layer_params + c.embed_params + (c.head_params if plan.pp == 1 else 0.0)
     state = sum(state_bytes(w, plan, params).values())
     activations = in_flight_microbatches(plan) * layers * saved_bytes_per_layer(c, plan)

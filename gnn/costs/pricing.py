@@ -30,10 +30,11 @@ TENSORS_PER_LAYER = 16
 
 class Pricing:
     def __init__(
-        self, w: Workload, plan: Plan, c: BlockCosts, hw: HardwareModel, layers_per_stage: int, tp_cross: bool
+        self, w: Workload, plan: Plan, c: BlockCosts, hw: HardwareModel, stage_layers: tuple[int, ...], tp_cross: bool
     ):
+        """``stage_layers``: each stage's layer count (Plan.stage_layers)."""
         self.w, self.plan, self.c, self.hw = w, plan, c, hw
-        self.layers_per_stage, self.num_stages, self.tp_cross = layers_per_stage, plan.num_stages, tp_cross
+        self.stage_layers, self.num_stages, self.tp_cross = stage_layers, plan.num_stages, tp_cross
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
 
     def estimate(
@@ -115,7 +116,7 @@ class Pricing:
         if self.hw.blocks is None:
             return None
         plan, last = self.plan, self.num_stages - 1
-        tensors = sum(TENSORS_PER_LAYER * self.layers_per_stage + 2 * (s == 0) + 3 * (s == last) for s in stages)
+        tensors = sum(TENSORS_PER_LAYER * self.stage_layers[s] + 2 * (s == 0) + 3 * (s == last) for s in stages)
         if plan.sharding == "zero1":
             tensors /= plan.data_ranks
         variant = "fsdp" if plan.fsdp_enabled else "tp" if plan.tp > 1 else "plain"

@@ -37,7 +37,7 @@ import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
 from gnn.costs.hardware import HardwareModel
-from gnn.graph.layout import chain, clear_layouts, plan_layout, with_kinds
+from gnn.graph.layout import chain, clear_layouts, plan_layout, uneven_layers, with_kinds
 from gnn.graph.passes import PassCompiler
 from gnn.graph.table import COL, COLUMNS, EDGE_KINDS, KINDS, NUM_STREAMS, PHASES, Node
 
@@ -123,7 +123,7 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     passes."""
     if compiler is None:
         compiler = PassCompiler(w, plan, cluster, hw)
-    layout = plan_layout(plan)
+    layout = plan_layout(plan, uneven_layers(plan, w.layers))
     templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
     key = (layout.key, *(t.shape for t in templates))
     placed = _PLACEMENTS.get(key)

@@ -4,8 +4,9 @@ A layout depends only on the pipeline's shape (pp, schedule, virtual stages, mic
 mode decides the pass variants, not on the model or the hardware. Many plans of a search share a shape, so
 layouts are computed once and cached, and building a graph is then a few numpy gathers (gnn.graph.build).
 
-Passes are named by template keys: (phase, first stage?, last stage?, variant...) for forward ("F") and
-backward ("B") passes, ("S", stages held) for a rank's optimizer step. A key's representative says which
+Passes are named by template keys: (phase, first stage?, last stage?, layers, variant...) for forward ("F") and
+backward ("B") passes, where layers is the stage's layer count when stages differ (Plan.stage_layers) and 0
+otherwise, and ("S", stages held) for a rank's optimizer step. A key's representative says which
 stage and micro-batch to compile the template from (gnn.graph.passes).
 """
 
@@ -39,14 +40,27 @@ CACHE_SIZE = 4096
 _CACHE: dict[tuple, Layout] = {}
 
 
-def plan_layout(plan: Plan) -> Layout:
-    key = (plan.pp, plan.pp_schedule if plan.pp > 1 else None, plan.virtual_stages, plan.num_microbatches, _fsdp(plan))
+def plan_layout(plan: Plan, uneven: tuple[int, ...] | None = None) -> Layout:
+    """``uneven``: each stage's layer count where they differ (``uneven_layers``)."""
+    schedule = plan.pp_schedule if plan.pp > 1 else None
+    key = (plan.pp, schedule, plan.virtual_stages, plan.num_microbatches, _fsdp(plan), uneven)
     found = _CACHE.get(key)
     if found is None:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()  # bounded; a search's shapes number in the tens
-        found = _CACHE[key] = replace(_layout(plan), key=key)
+        found = _CACHE[key] = replace(_layout(plan, uneven), key=key)
     return found
+
+
+def uneven_layers(plan: Plan, layers: int) -> tuple[int, ...] | None:
+    """Each stage's layer count when they differ, else None (then every middle stage runs the same passes)."""
+    counts = plan.stage_layers(layers)
+    return counts if len(set(counts)) > 1 else None
+
+
+def stage_role(stage: int, last_stage: int, uneven: tuple[int, ...] | None) -> tuple[bool, bool, int]:
+    """What a stage's passes depend on of its place in the pipeline: first?, last?, and its layers if they differ."""
+    return stage == 0, stage == last_stage, uneven[stage] if uneven else 0
 
 
 def _fsdp(plan: Plan) -> str | None:
@@ -64,7 +78,7 @@ def variant(phase: str, mb: int, num_microbatches: int, pp: int, fsdp: str | Non
     return first, fsdp == "fsdp_grad_op" and (pp == 1 or last)
 
 
-def _layout(plan: Plan) -> Layout:
+def _layout(plan: Plan, uneven: tuple[int, ...] | None) -> Layout:
     orders, last_stage = rank_orders(plan), plan.num_stages - 1
     pp, num_microbatches, fsdp = plan.pp, plan.num_microbatches, _fsdp(plan)
     index: dict[tuple, int] = {}
@@ -87,7 +101,7 @@ def _layout(plan: Plan) -> Layout:
             if phase == "F"
             else ([("F", stage, mb)] + ([("B", stage + 1, mb)] if stage < last_stage else []))
         )
-        key = (phase, stage == 0, stage == last_stage, *var)
+        key = (phase, *stage_role(stage, last_stage, uneven), *var)
         waits = [position[n] for n in needs if n in position]
         # FSDP gathers when the rank's program reaches the pass (its pre-forward and pre-backward hooks): without
         # this edge only the collective stream's order would hold a gather back, and at dp = 1, with no

@@ -12,9 +12,10 @@ from gnn.costs.analytic import BlockCosts, dtype_bytes, stage_params, state_byte
 
 
 class StageMemory:
-    def __init__(self, w: Workload, plan: Plan, c: BlockCosts, layers_per_stage: int):
+    def __init__(self, w: Workload, plan: Plan, c: BlockCosts, stage_layers: tuple[int, ...]):
+        """``stage_layers``: each stage's layer count (Plan.stage_layers)."""
         self.w, self.plan, self.c = w, plan, c
-        self.layers_per_stage, self.num_stages = layers_per_stage, plan.num_stages
+        self.stage_layers, self.num_stages = stage_layers, plan.num_stages
 
     def pipelined_fsdp(self) -> bool:
         """FSDP over dp > 1 inside torch.distributed.pipelining: its stages turn off FSDP's gradient sync and
@@ -34,7 +35,7 @@ class StageMemory:
         yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them."""
         if not self.plan.reshard_after_forward or self.plan.data_ranks == 1:
             return 1.0
-        L, c = self.layers_per_stage, self.c
+        L, c = self.stage_layers[stage], self.c
         return max(L - 2, 0) * c.layer_params / self.params(stage)
 
     def static_bytes(self) -> list[float]:
@@ -49,19 +50,19 @@ class StageMemory:
         ]
 
     def params(self, stage: int) -> float:
-        return stage_params(self.w, self.plan, self.c, stage, self.layers_per_stage)
+        return stage_params(self.w, self.plan, self.c, stage, self.stage_layers[stage])
 
     def stage_bytes(self, stage: int) -> float:
         return self.params(stage) * dtype_bytes(self.w)
 
     def unit_bytes(self, stage: int) -> float:
         """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
-        return self.stage_bytes(stage) / max(self.layers_per_stage, 1)
+        return self.stage_bytes(stage) / max(self.stage_layers[stage], 1)
 
     def fsdp_units(self, stage: int) -> int:
         """FSDP2 units of a stage, each gathered and reduce-scattered by its own collective: every block, and the
         stage's root when it holds parameters of its own (embeddings on the first stage, norm and head on the last)."""
-        return self.layers_per_stage + (stage == 0 or stage == self.num_stages - 1)
+        return self.stage_layers[stage] + (stage == 0 or stage == self.num_stages - 1)
 
     def fsdp_held_bytes(self, stage: int) -> float:
         """FSDP2 keeps its last gradient reduction's buffers, about one unit, from one iteration into the next

@@ -15,6 +15,7 @@ from collect.schema import Cluster, Plan, Workload
 from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
 from gnn.costs.pricing import Pricing
+from gnn.graph.layout import stage_role, uneven_layers
 from gnn.graph.memory import StageMemory
 from gnn.graph.step import compile_step
 from gnn.graph.table import COL
@@ -47,7 +48,8 @@ class PassCompiler:
         self.gloo = cluster.backend == "gloo"
         self.c: BlockCosts = block_costs(w, plan)
         self.num_stages = plan.num_stages  # a computed property of the plan: read once, it is read per pass
-        self.layers_per_stage = w.layers // self.num_stages
+        self.stage_layers = plan.stage_layers(w.layers)
+        self.uneven = uneven_layers(plan, w.layers)
         self.templates: dict[tuple, PassTemplate] = {}
         self.shared = {} if shared is None else shared
         # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,
@@ -57,7 +59,7 @@ class PassCompiler:
         self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
-        self.activations: dict[tuple[bool, bool], float] = {}  # per stage role (first?, last?)
+        self.activations: dict[tuple[bool, bool, int], float] = {}  # per stage role (layout.stage_role)
         per_node = cluster.devices_per_node
         # mesh order (pp, dp, cp, tp) with tp innermost: a group crosses nodes once its span exceeds a node; ep's
         # groups sit inside dp x cp
@@ -66,14 +68,17 @@ class PassCompiler:
         self.ep_cross = plan.tp * plan.ep > per_node
         self.dp_cross = plan.tp * plan.data_ranks > per_node
         self.pp_cross = plan.tp * plan.data_ranks * plan.pp > per_node and plan.pp > 1
-        self.memory = StageMemory(w, plan, self.c, self.layers_per_stage)
-        self.pricing = Pricing(w, plan, self.c, hw, self.layers_per_stage, self.tp_cross)
+        self.memory = StageMemory(w, plan, self.c, self.stage_layers)
+        self.pricing = Pricing(w, plan, self.c, hw, self.stage_layers, self.tp_cross)
+
+    def _role(self, stage: int) -> tuple[bool, bool, int]:
+        return stage_role(stage, self.num_stages - 1, self.uneven)
 
     def template(self, phase: str, stage: int, variant: tuple[bool, ...]) -> PassTemplate:
         """A forward or backward pass (variants: gnn.graph.layout.variant). Stages in the middle of the pipeline hold
         the same blocks, so one template serves every stage of a role (first, middle, last), and plans of a batch
         that agree on all the pass reads of them (``_sharding_read``) share it."""
-        key = (phase, stage == 0, stage == self.num_stages - 1, *variant)
+        key = (phase, *self._role(stage), *variant)
         found = self.templates.get(key)
         if found is None:
             if phase == "B" and variant[0]:  # a stage's first backward: per plan, it charges the gradients
@@ -102,7 +107,7 @@ class PassCompiler:
     # --- the passes ----------------------------------------------------------------------------------------
 
     def _forward(self, stage: int, gathers: bool) -> PassTemplate:
-        plan, c, L = self.plan, self.c, self.layers_per_stage
+        plan, c, L = self.plan, self.c, self.stage_layers[stage]
         rows, last = PassRows(self.pricing), None
         if gathers:
             last = self._fsdp_gather(rows, last, stage, "forward")
@@ -142,7 +147,7 @@ class PassCompiler:
 
     def _activations(self, stage: int) -> float:
         """The activations a forward of the stage saves, whichever variant: only the FSDP gather differs."""
-        role = (stage == 0, stage == self.num_stages - 1)
+        role = self._role(stage)
         found = self.activations.get(role)
         if found is None:
             forward = self.templates.get(("F", *role, True)) or self.template("F", stage, (False,))
@@ -159,7 +164,7 @@ class PassCompiler:
             table[other.grads_at, COL["alloc_bytes"]] += early
             table[other.end, COL["alloc_bytes"]] += grads - early
             return PassTemplate(table, other.edges, other.end, other.grads_at, other.kept_bytes, other.shape)
-        plan, c, L = self.plan, self.c, self.layers_per_stage
+        plan, c, L = self.plan, self.c, self.stage_layers[stage]
         last_stage = stage == plan.num_stages - 1
         rows, last = PassRows(self.pricing), None
         if plan.reshard_after_forward:
@@ -221,17 +226,8 @@ class PassCompiler:
         schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
         stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places)."""
         plan = self.plan
-        key = (
-            plan.tp,
-            plan.dp,
-            plan.cp,
-            plan.ep,
-            plan.pp,
-            plan.sharding,
-            self.layers_per_stage,
-            self.dp_cross,
-            tuple((s == 0, s == self.num_stages - 1) for s in stages),
-        )
+        roles = tuple(self._role(s) for s in stages)
+        key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, self.stage_layers, self.dp_cross, roles)
         found = self._shared_steps.get(key)
         if found is None:
             found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages)
@@ -265,7 +261,7 @@ class PassCompiler:
         keep = plan.sharding == "fsdp_grad_op" and phase == "forward"
         prefetch = 2 if phase == "backward" and plan.data_ranks > 1 else 1
         if phase == "backward" and plan.pp > 1:
-            prefetch = self.layers_per_stage  # nothing reshards after a backward: the stage ends it gathered
+            prefetch = self.stage_layers[stage]  # nothing reshards after a backward: the stage ends it gathered
         staging = self.memory.unit_bytes(stage) if self.gloo and plan.data_ranks > 1 else 0.0
         units = self.memory.fsdp_units(stage)
         return rows.add(
@@ -294,7 +290,7 @@ class PassCompiler:
         }[kind]
         if not enabled:
             return after
-        count = self.layers_per_stage * times
+        count = self.stage_layers[stage] * times
         return rows.add(
             after, kind, phase, stage, count=count, message_bytes=message, group=group, crosses_node=crosses
         )

@@ -6,7 +6,8 @@ micro-batch size and count (dp x micro_batch_size x num_microbatches = the
 global batch), the expert-parallel degree of a moe model (borrowed from dp x cp)
 and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with tensorwise or
 rowwise scaling; tensorwise under FSDP may all-gather in FP8). Only combinations
-the schema accepts (plan_problems) exist.
+the schema accepts (plan_problems) exist, and, for a space whose plans are to be
+measured here, only those the collector runs (collect_problems).
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from collect.schema import PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, Cluster, Plan, RunSpec, Workload, plan_problems
+from collect.schema import (
+    PIPELINE_SCHEDULES,
+    RECOMPUTES,
+    SHARDINGS,
+    Cluster,
+    Plan,
+    RunSpec,
+    Workload,
+    collect_problems,
+    plan_problems,
+)
 from collect.sweep import divisors, layouts
 from serve.schemas import limit_problems
 
@@ -37,6 +48,14 @@ class Space:
     precisions: tuple[str, ...] = ()
     """workload.float8 choices (serve.search.study gives all three on GPUs with FP8 matmuls); () keeps the
     workload's own."""
+    collectable_only: bool = False
+    """Only plans the local collector can measure (collect_problems): for proofs that measure what they find."""
+
+    def shardings_for(self, dp: int, tp: int) -> list[str]:
+        """The shardings of a layout: all of them, or, collectable only, those torch composes with tp."""
+        if not self.collectable_only:
+            return list(self.shardings)
+        return [s for s in self.shardings if not ((s == "none" and tp > 1 and dp > 1) or (s == "zero1" and tp > 1))]
 
     @property
     def global_batch_size(self) -> int:
@@ -107,6 +126,8 @@ class Space:
             float8_all_gather=float8_all_gather,
         )
         if limit_problems(p) or plan_problems(w, p, self.cluster):
+            return None
+        if self.collectable_only and collect_problems(w, p, self.cluster):
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
 

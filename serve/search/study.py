@@ -9,7 +9,7 @@ predicted iteration time, with predicted peak memory <= capacity as an Optuna
 constraint (infeasible trials stay in the study, marked, and steer the
 sampler away). Pareto: time vs peak memory with NSGA-II under the same
 constraint. Parameters are sampled conditionally (schedules only with pp > 1,
-sequence parallel only with tp > 1, shardings torch can compose), so almost
+sequence parallel only with tp > 1), so almost
 every trial is a valid plan; the rest are recorded as pruned with the reason.
 Trials are asked and told in batches so the surrogate predicts many at once.
 When the whole space fits in the trial budget (sampler "auto", the default),
@@ -41,6 +41,9 @@ DEFAULT_STORAGE = f"sqlite:///{REPO / 'optuna.db'}"
 BATCH = 32  # trials asked per round: the sampler learns from each round's results
 EXHAUSTIVE_BATCH = 256  # nothing to learn between rounds: bigger batches predict faster
 TPE_OPTIONS: dict = {}
+# what a stored study's trial parameters mean: a new version starts new studies rather than resume old ones
+# (2: DDP and ZeRO-1 with tp joined the space, under one "sharding" parameter)
+SPACE_VERSION = 2
 
 
 class SearchCancelled(RuntimeError):
@@ -63,9 +66,8 @@ def exhaustive(request: SearchRequest, space: Space) -> list[RunSpec] | None:
 
 
 def study_name(request: SearchRequest, predictor: BatchPredictor) -> str:
-    key = json.dumps(
-        [request.model_dump(mode="json", exclude={"trials", "top_k"}), predictor.info.get("run_id")], sort_keys=True
-    )
+    request_key = request.model_dump(mode="json", exclude={"trials", "top_k"})
+    key = json.dumps([request_key, predictor.info.get("run_id"), SPACE_VERSION], sort_keys=True)
     return f"search-{request.objective}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 

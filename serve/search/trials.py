@@ -1,6 +1,6 @@
 """A plan as Optuna trial parameters and back: sampled conditionally (schedules only with pp > 1, sequence
-parallel only with tp > 1, shardings torch can compose, ep only for moe models, FP8 only where the space has
-it), so almost every trial is a valid plan."""
+parallel only with tp > 1, ep only for moe models, FP8 only where the space has it, and in a collectable-only
+space the shardings torch composes with tp), so almost every trial is a valid plan."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     layout = layouts[trial.suggest_categorical("layout", list(layouts))]
     pp, dp, cp, tp = layout
     mbs = trial.suggest_categorical("micro_batch_size", list(space.micro_batch_sizes))
-    # torch composes DDP with tp only without dp, and ZeRO-1 never with tp (collect.schema)
-    shardings = [s for s in space.shardings if not ((s == "none" and tp > 1 and dp > 1) or (s == "zero1" and tp > 1))]
-    sharding = trial.suggest_categorical(f"sharding_tp{min(tp, 2)}_dp{min(dp, 2)}", shardings)
+    sharding = trial.suggest_categorical(_sharding_param(space, dp, tp), space.shardings_for(dp, tp))
     recompute = trial.suggest_categorical("recompute", list(space.recomputes))
     schedule, virtual = None, 1
     if pp > 1:
@@ -38,6 +36,11 @@ def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     return space.spec(layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision)
 
 
+def _sharding_param(space: Space, dp: int, tp: int) -> str:
+    """One name per set of choices, as Optuna wants: a collectable-only space offers fewer shardings with tp."""
+    return f"sharding_tp{min(tp, 2)}_dp{min(dp, 2)}" if space.collectable_only else "sharding"
+
+
 def _suggest_precision(trial: optuna.Trial, space: Space, sharding: str) -> tuple[str | None, bool]:
     if not space.precisions:
         return None, False
@@ -53,7 +56,7 @@ def params_of(spec: RunSpec, space: Space) -> dict:
     params = {
         "layout": layout_name((p.pp, p.dp, p.cp, p.tp)),
         "micro_batch_size": spec.workload.micro_batch_size,
-        f"sharding_tp{min(p.tp, 2)}_dp{min(p.dp, 2)}": p.sharding,
+        _sharding_param(space, p.dp, p.tp): p.sharding,
         "recompute": p.recompute,
     }
     if p.pp > 1:

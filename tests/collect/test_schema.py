@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
 from tests.conftest import TINY, tiny_spec
 
 
@@ -35,16 +35,18 @@ def test_valid_spec_and_derived_properties():
         ({"tp": 3}, 3, {}, "workload.heads (4) must be divisible by plan.tp (3): 4 % 3 = 1"),
         ({"tp": 2}, 2, {"vocab": 129}, "workload.vocab (129) must be divisible by plan.tp (2)"),
         (
-            {"pp": 2, "num_microbatches": 3},
-            2,
-            {"layers": 3, "global_batch_size": 6},
-            "workload.layers (3) must be divisible by plan.pp (2) * plan.virtual_stages (1) = 2",
+            {"pp": 4, "num_microbatches": 4},
+            4,
+            {"layers": 2, "global_batch_size": 8},
+            "workload.layers (2) leaves a pipeline stage empty over plan.pp (4) * plan.virtual_stages (1) = 4 "
+            "stages: [0, 1, 1, 0]",
         ),
         (
             {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 2, "num_microbatches": 2},
             2,
-            {"layers": 6, "global_batch_size": 4},
-            "workload.layers (6) must be divisible by plan.pp (2) * plan.virtual_stages (2) = 4",
+            {"layers": 3, "global_batch_size": 4},
+            "workload.layers (3) leaves a pipeline stage empty over plan.pp (2) * plan.virtual_stages (2) = 4 "
+            "stages: [1, 1, 1, 0]",
         ),
         (
             {"dp": 2},
@@ -52,12 +54,6 @@ def test_valid_spec_and_derived_properties():
             {"global_batch_size": 6},
             "workload.global_batch_size (6) != plan.dp (2) * workload.micro_batch_size (2) * "
             "plan.num_microbatches (1) = 4",
-        ),
-        (
-            {"pp": 2, "pp_schedule": "1f1b"},
-            2,
-            {},
-            "plan.pp_schedule '1f1b' needs plan.num_microbatches (1) >= plan.pp (2)",
         ),
         (
             {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 1, "num_microbatches": 2},
@@ -85,16 +81,41 @@ def test_valid_spec_and_derived_properties():
             "workload.seq_len (31) must be divisible by plan.tp (2)",
         ),
         ({"dp": 2, "sequence_parallel": True}, 2, {"global_batch_size": 4}, "plan.sequence_parallel needs plan.tp > 1"),
-        ({"tp": 2, "sharding": "zero1"}, 2, {}, "'zero1' cannot be combined with plan.tp > 1"),
     ],
 )
 def test_impossible_combinations_name_fields_and_arithmetic(plan, world_size, workload, expected):
     assert expected in _error(_raw(plan, world_size, **workload))
 
 
-def test_ddp_with_tensor_parallel_is_rejected_with_reason():
-    msg = _error(_raw({"dp": 2, "tp": 2}, 4, global_batch_size=4))
-    assert "DDP does not support DTensor parameters" in msg
+@pytest.mark.parametrize(
+    "plan, world_size, workload, reason",
+    [
+        ({"dp": 2, "tp": 2}, 4, {"global_batch_size": 4}, "DistributedDataParallel cannot hold DTensor parameters"),
+        ({"tp": 2, "sharding": "zero1"}, 2, {}, "ZeroRedundancyOptimizer cannot hold DTensor parameters"),
+        ({"pp": 2}, 2, {}, "plan.num_microbatches (1) < plan.pp (2) is predicted only"),
+    ],
+)
+def test_megatron_plans_torch_cannot_run_are_predicted_but_not_collected(plan, world_size, workload, reason):
+    """Megatron's DDP and distributed optimizer with TP, and a 1F1B pipeline that never fills: valid plans."""
+    spec = RunSpec.model_validate(_raw(plan, world_size, **workload))
+    (problem,) = collect_problems(spec.workload, spec.plan, spec.cluster)
+    assert reason in problem
+
+
+@pytest.mark.parametrize(
+    "layers, pp, virtual, expected",
+    [
+        (8, 4, 1, (2, 2, 2, 2)),  # even: Megatron's default and what the collector ran
+        (126, 16, 1, (7,) + (8,) * 14 + (7,)),  # Llama 3 405B: embedding and loss count as a layer each
+        (30, 4, 1, (7, 8, 8, 7)),  # 32 slots, 8 each
+        (29, 4, 1, (7, 8, 8, 6)),  # 31 slots: the leftover 3 go to the earliest stages
+        (6, 2, 2, (1, 2, 2, 1)),  # virtual stages count as stages
+    ],
+)
+def test_uneven_layers_are_assigned_to_stages_as_megatron_and_torchtitan_do(layers, pp, virtual, expected):
+    plan = Plan(pp=pp, virtual_stages=virtual, pp_schedule="interleaved_1f1b" if virtual > 1 else "1f1b")
+    counts = plan.stage_layers(layers)
+    assert counts == expected and sum(counts) == layers
 
 
 def test_every_problem_is_reported_at_once():

@@ -80,7 +80,7 @@ def test_float8_runs_the_linears_at_the_fp8_peak():
     w = Workload(**LLAMA, dtype="bfloat16", micro_batch_size=2, global_batch_size=2)
     fp8 = w.model_copy(update={"float8": "rowwise"})
     bf16_mlp, fp8_mlp = (
-        Pricing(x, Plan(), block_costs(x, Plan()), hw, 4, False)._compute_seconds("mlp", 1e12) for x in (w, fp8)
+        Pricing(x, Plan(), block_costs(x, Plan()), hw, (4,), False)._compute_seconds("mlp", 1e12) for x in (w, fp8)
     )
     peaks = hw.flops_per_s
     assert fp8_mlp / bf16_mlp == pytest.approx(peaks["bfloat16"] / peaks["float8"])

@@ -248,3 +248,29 @@ def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_grap
     assert len(compilers) == len(plans) - 2 * 4 * 2
     placed = [t for c in compilers for t in c.templates.values()]
     assert len({id(t) for t in placed}) < 0.8 * len(placed)
+
+
+def test_megatron_ddp_and_distributed_optimizer_with_tp_hold_a_tp_shard_and_sync_over_dp():
+    """Predicted only (torch's DDP and ZeroRedundancyOptimizer cannot hold DTensors), yet Megatron's most common
+    plans. Per parameter of its tp shard a rank keeps fp32 weights (4 bytes) and Adam's two moments (8); DDP adds
+    its gradient buckets (4); the distributed optimizer (zero1) splits the moments over dp."""
+    alone, _ = graph(tp=2)
+    ddp, _ = graph(dp=2, tp=2)
+    zero1, _ = graph(dp=2, tp=2, sharding="zero1")
+    per_param = alone.static_bytes[0] / 12
+    assert ddp.static_bytes[0] == pytest.approx(16 * per_param)
+    assert zero1.static_bytes[0] == pytest.approx(12 * per_param)
+    (ar,) = [n for n in ddp.nodes if n.kind == "dp_comm"]
+    assert ar.group == 2 and ar.message_bytes == pytest.approx(4 * per_param)
+    assert kinds(zero1)["zero_allgather"] == 1 and kinds(ddp)["tp_comm"] == kinds(alone)["tp_comm"]
+
+
+def test_uneven_stages_hold_their_own_layers():
+    """6 layers on 4 stages of 2 ranks: 8 slots with the embedding and the loss, [1, 2, 2, 1] (Plan.stage_layers);
+    a graph's layer nodes count each stage's own."""
+    g, spec = graph(workload={"layers": 6}, pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=2)
+    assert spec.plan.stage_layers(6) == (1, 2, 2, 1)
+    counts = {n.stage: n.count for n in g.nodes if n.kind == "attn" and n.phase == "forward"}
+    assert counts == {0: 1, 1: 2, 2: 2, 3: 1}
+    even, _ = graph(pp=2, num_microbatches=2)
+    assert {n.count for n in even.nodes if n.kind == "attn"} == {2}
