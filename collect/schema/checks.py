@@ -105,12 +105,13 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
     if not interleaved and p.virtual_stages != 1:
         problems.append(f"plan.virtual_stages ({p.virtual_stages}) > 1 needs pp_schedule 'interleaved_1f1b'")
-    if min(p.stage_layers(w.layers)) < 1:
+    counts = p.stage_layers(w.layers)
+    # the first and last stages hold the embedding and the head even without a layer; a middle one would be empty
+    if min(counts[0], counts[-1]) < 0 or min(counts[1:-1], default=1) < 1:
         problems.append(
             f"workload.layers ({w.layers}) leaves a pipeline stage empty over plan.pp ({p.pp}) * "
-            f"plan.virtual_stages ({p.virtual_stages}) = {p.num_stages} stages: "
-            f"{list(p.stage_layers(w.layers))} (Plan.stage_layers counts the embedding and the loss as a layer "
-            "each when the layers do not divide evenly)"
+            f"plan.virtual_stages ({p.virtual_stages}) = {p.num_stages} stages: {list(counts)} (Plan.stage_layers "
+            "counts the embedding and the loss as a layer each when the layers do not divide evenly)"
         )
     if interleaved and p.num_microbatches % p.pp:
         problems.append(

@@ -107,7 +107,8 @@ class Plan(Strict):
         the embedding and the loss count as one layer each, as Megatron's --account-for-embedding-in-pipeline-split
         and --account-for-loss-in-pipeline-split do, and what is left over goes to the earliest stages, as
         torchtitan's generate_llm_fqn_per_model_part does: Llama 3 405B's 126 layers on 16 stages give 7 to the
-        first and last stage and 8 to each other. A stage may come out empty: checks.plan_problems refuses that.
+        first and last stage and 8 to each other. The first or last stage may hold only the embedding or the head
+        (28 layers on 16 stages: 1, 2, ..., 2, 0); checks.plan_problems refuses an empty middle stage.
         """
         stages = self.num_stages
         if layers % stages == 0:

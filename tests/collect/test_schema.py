@@ -37,16 +37,16 @@ def test_valid_spec_and_derived_properties():
         (
             {"pp": 4, "num_microbatches": 4},
             4,
-            {"layers": 2, "global_batch_size": 8},
-            "workload.layers (2) leaves a pipeline stage empty over plan.pp (4) * plan.virtual_stages (1) = 4 "
-            "stages: [0, 1, 1, 0]",
+            {"layers": 1, "global_batch_size": 8},
+            "workload.layers (1) leaves a pipeline stage empty over plan.pp (4) * plan.virtual_stages (1) = 4 "
+            "stages: [0, 1, 1, -1]",
         ),
         (
-            {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 2, "num_microbatches": 2},
+            {"pp": 2, "pp_schedule": "interleaved_1f1b", "virtual_stages": 4, "num_microbatches": 2},
             2,
-            {"layers": 3, "global_batch_size": 4},
-            "workload.layers (3) leaves a pipeline stage empty over plan.pp (2) * plan.virtual_stages (2) = 4 "
-            "stages: [1, 1, 1, 0]",
+            {"layers": 5, "global_batch_size": 4},
+            "workload.layers (5) leaves a pipeline stage empty over plan.pp (2) * plan.virtual_stages (4) = 8 "
+            "stages: [0, 1, 1, 1, 1, 1, 1, -1]",
         ),
         (
             {"dp": 2},
@@ -110,6 +110,7 @@ def test_megatron_plans_torch_cannot_run_are_predicted_but_not_collected(plan, w
         (30, 4, 1, (7, 8, 8, 7)),  # 32 slots, 8 each
         (29, 4, 1, (7, 8, 8, 6)),  # 31 slots: the leftover 3 go to the earliest stages
         (6, 2, 2, (1, 2, 2, 1)),  # virtual stages count as stages
+        (28, 16, 1, (1,) + (2,) * 13 + (1, 0)),  # the last stage holds only the head and the loss
     ],
 )
 def test_uneven_layers_are_assigned_to_stages_as_megatron_and_torchtitan_do(layers, pp, virtual, expected):
