@@ -53,7 +53,7 @@ dataset: install ## build (or load the cached) graph dataset from data/runs
 evaluate: install ## every predictor on every split: prints the table, writes experiments/results/evaluation.json
 	$(PY) -m experiments.evaluate
 
-train: install ## train the GNN ensemble on all/random (CPU + A100), log to MLflow (sqlite:///mlflow.db), register if better
+train: install ## train the GNN ensemble on all/random (CPU, A100, H100), log to MLflow (sqlite:///mlflow.db), register if better
 	$(PY) -m gnn.train
 
 tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)

@@ -90,5 +90,5 @@ def load_runs(paths) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     df = df[df["status"].isin(["ok", "oom"]) & ~df["is_reference"].fillna(False).astype(bool)]
     df = df[df["iter_time_s"].notna()].reset_index(drop=True)
-    df["domain"] = df["device"].map({"cpu": "cpu", "cuda": "a100"})
+    df["domain"] = df["device_kind"].where(df["device"] == "cuda", "cpu")  # a GPU's domain is its kind: a100, h100
     return df

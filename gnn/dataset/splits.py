@@ -3,12 +3,13 @@
 Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
-family (trained on gpt and llama only); and, on the A100
-rows, the largest hidden size and the largest layer counts. Validation is a
+family (trained on gpt and llama only); on the A100
+rows, the largest hidden size and the largest layer counts; on other GPUs (H100), the largest model and the
+largest world size. Validation is a
 15% hash-slice of what is not test. ``all/random`` is the union of the
 domains' random splits: the served model (the champion) is trained on it, so
-one model predicts CPU and A100 plans, and its test rows are exactly those of
-``cpu/random`` and ``a100/random``.
+one model predicts CPU and GPU plans, and its test rows are exactly those of
+the domains' random splits.
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
             tests["held_out_fsdp_full"] = d["sharding"] == "fsdp_full"
             if d["family"].eq("moe").any():  # a family never seen in training: mixture-of-experts
                 tests["held_out_moe"] = d["family"] == "moe"
-        else:
+        elif domain == "a100":
             tests["held_out_hidden"] = d["hidden"] == d["hidden"].max()
             tests["held_out_layers"] = d["layers"] >= sorted(d["layers"].unique())[-2]
+        else:  # what a GPU user asks of a predictor: a model size and a scale it has not seen
+            tests["held_out_size"] = d["num_params"] == d["num_params"].max()
+            tests["held_out_scale"] = d["world_size"] == d["world_size"].max()
         for name, mask in tests.items():
             parts = _split(d, mask.fillna(False), name)
             splits[f"{domain}/{name}"] = {k: rows[v] for k, v in parts.items()}

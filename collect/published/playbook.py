@@ -1,0 +1,122 @@
+"""The Ultra-Scale Playbook's H100 runs (Nanotron, Llama-shaped models on 1 to 32 nodes) as rows of data/runs.
+
+    python -m collect.published.playbook [--src data/external/playbook/h100_nanotron.csv]
+                                         [--out data/runs/playbook-h100.parquet]
+
+Source: Hugging Face, "The Ultra-Scale Playbook: Training LLMs on GPU Clusters" (2025), its interactive
+benchmark figure (mirror github.com/vinjn/nanotron-ultrascale-playbook, commit 924e4d0), as converted in
+data/external/playbook (SOURCE.md, copied from ../shared/data/playbook). What the source states is filled in
+as stated; the model shapes are that conversion's inference (one corrected: HEADS). Recompute and sequence
+parallelism are not stated (left empty: the pipeline reads none); pipelines are 1F1B, Nanotron's default. A
+run without a result ("crashed/oom" in the figure) is kept with status "failed": it did not run, for a reason
+the source does not give. Rows the plan schema cannot express are left out and counted, with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+import pandas as pd
+
+from collect.schema import RunSpec
+
+PRESET = "h100-80gb"
+SOURCE = "Ultra-Scale Playbook h100_nanotron.csv (Nanotron, H100 80GB nodes of 8)"
+SHARDING = {0: "none", 1: "zero1"}  # Nanotron's ZeRO stage: 0 plain data parallel, 1 optimizer state over dp
+MEMORY_BYTES = 80 * 10**9  # H100 80GB (NVIDIA datasheet: 80 GB of HBM3)
+# SOURCE.md infers the 3B model's heads from Llama 3.2 3B (24), but 120 of its finished runs use tp 16 or 32, and
+# Nanotron needs the heads to divide over tp: 32 heads of 96 is the smallest reading they allow. With kv_heads =
+# heads the head count changes no FLOP, parameter or activation byte, only which tp the schema accepts.
+HEADS = {"3B": 32}
+
+
+def spec_of(row: dict) -> RunSpec:
+    """The plan a row describes; raises pydantic's ValidationError, naming the fields, if it cannot be one."""
+    heads = HEADS.get(row["model"], row["heads"])
+    workload = {
+        "family": "llama",
+        **{k: row[k] for k in ("layers", "hidden", "ffn_hidden", "vocab", "seq_len", "dtype")},
+        "heads": heads,
+        "kv_heads": heads if row["kv_heads"] == row["heads"] else row["kv_heads"],
+        "tied_embeddings": bool(row["tied_embeddings"]),
+        "micro_batch_size": row["micro_batch_size"],
+        "global_batch_size": row["global_batch_size"],
+    }
+    plan = {
+        "dp": row["dp"],
+        "tp": row["tp"],
+        "pp": row["pp"],
+        "sharding": SHARDING[row["zero_stage"]],
+        "num_microbatches": row["grad_acc"],
+    }
+    cluster = {
+        "nodes": row["nodes"],
+        "devices_per_node": row["devices_per_node"],
+        "device": "cuda",
+        "device_kind": "h100",
+        "backend": "nccl",
+        "memory_bytes": MEMORY_BYTES,
+    }
+    return RunSpec.model_validate({"workload": workload, "plan": plan, "cluster": cluster})
+
+
+def convert(src: str) -> tuple[pd.DataFrame, Counter]:
+    """(rows, reasons): the expressible rows in the row schema, and why the others could not be expressed."""
+    raw = pd.read_csv(src)
+    rows, reasons = [], Counter()
+    for i, r in enumerate(raw.to_dict("records")):
+        try:
+            spec = spec_of(r)
+        except ValueError as e:  # pydantic's ValidationError is one
+            reasons[_first_reason(e)] += 1
+            continue
+        rows.append(_row(spec, r, i))
+    return pd.DataFrame(rows), reasons
+
+
+def _first_reason(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    text = errors()[0]["msg"] if errors else str(error)
+    return text.split(";")[0].split(":")[0].removeprefix("Value error, ")
+
+
+def _row(spec: RunSpec, r: dict, i: int) -> dict:
+    w, p, c = spec.workload, spec.plan, spec.cluster
+    ok = r["status"] == "ok"
+    return {
+        **w.model_dump(exclude_none=True),
+        **{k: v for k, v in p.model_dump().items()},
+        **c.model_dump(),
+        "world_size": c.world_size,
+        "num_params": w.num_params,
+        "run_id": spec.run_id,
+        "measurement_id": f"{spec.run_id}-playbook{i}",
+        "repeat_group": None,
+        "sweep_id": "playbook-h100",
+        "fingerprint_id": PRESET,
+        "status": "ok" if ok else "failed",
+        "error": "" if ok else "no result in the source (out of memory or crashed; it does not say which)",
+        "iter_time_s": r["iter_time_s"] if ok else None,
+        "peak_mem_bytes": r["gpu_memory_gb"] * 10**9 if ok else None,  # the figure's GB; allocated or reserved?
+        "is_reference": False,
+        "source": SOURCE,
+        "recompute": None,  # not stated
+        "sequence_parallel": None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", default="data/external/playbook/h100_nanotron.csv")
+    parser.add_argument("--out", default="data/runs/playbook-h100.parquet")
+    args = parser.parse_args()
+    df, reasons = convert(args.src)
+    df.to_parquet(args.out, compression="zstd", index=False)
+    print(f"{args.out}: {len(df)} rows ({(df.status == 'ok').sum()} ok, {(df.status == 'failed').sum()} failed)")
+    for reason, n in reasons.most_common():
+        print(f"  not expressible ({n}): {reason}")
+
+
+if __name__ == "__main__":
+    main()
