@@ -203,12 +203,19 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "
             "(no FP8 hardware to check it on)"
         )
-    return problems + _collect_plan_problems(p)
+    return problems + _collect_plan_problems(w, p)
 
 
-def _collect_plan_problems(p: Plan) -> list[str]:
+def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     """Plans Megatron runs that torch's own APIs, which the collector uses, do not."""
     problems = []
+    counts = p.stage_layers(w.layers)
+    if min(counts) < 1:
+        # keeps every sweep's space as it was before such plans were accepted (resumed sweeps draw the same points)
+        problems.append(
+            f"workload.layers ({w.layers}) over {p.num_stages} stages leaves a first or last stage with no layer "
+            f"({list(counts)}): predicted only, the collector's stages each hold at least one block"
+        )
     if p.sharding == "none" and p.tp_enabled and p.dp_enabled:
         problems.append(
             f"plan.sharding 'none' (DDP) with plan.tp ({p.tp}) and plan.dp ({p.dp}) is predicted only: torch's "

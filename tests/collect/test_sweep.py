@@ -29,7 +29,8 @@ def test_grid_is_every_valid_point_and_excludes_invalid_ones():
     spec = _spec(sampler="grid", world_sizes=[4])
     points = sample_points(spec)
     assert len(points) == len(valid_points(spec, 4)) > 0
-    # heads = 6 cannot split over tp = 4, layers = 2 cannot split into 2 x 2 interleaved stages
+    # heads = 6 cannot split over tp = 4; layers = 2 cannot give each of 2 x 2 interleaved stages a layer, which
+    # the collector needs (collect_problems), so the sweeps draw the points they drew before uneven stages
     assert any(p.plan.tp == 4 for p in points)
     assert not any(p.workload.heads == 6 and p.plan.tp == 4 for p in points)
     assert not any(p.workload.layers == 2 and p.plan.virtual_stages == 2 for p in points)
