@@ -60,7 +60,7 @@ def accuracy_table(ds, splits, predictor) -> str:
     records, _ = ensemble_records(predictor.ensemble, ds, splits[SERVING_SPLIT], "all/random", which=("test",))
     for r in records:
         r["split"] = "random"
-    for split in ("cpu/random", "a100/random"):
+    for split in [s for s in ("cpu/random", "a100/random", "h100/random") if s in splits]:
         records += [r for name in BASELINE_NAMES for r in evaluate_predictor(name, ds.meta, split, splits[split])]
     records += [r for r in noise_records(ds.meta, splits) if r["split"] == "random"]
     df = pd.DataFrame(records)

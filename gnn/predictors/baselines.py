@@ -6,6 +6,9 @@
 - simulator: the critical-path simulator over the execution graph, with one
   fitted scale for time and a scale plus offset for memory.
 - gbt: gradient-boosted trees on flat plan, workload and hardware features.
+- rule_of_thumb: 6 x (active) parameters x tokens / (GPUs x datasheet peak x 0.40), fitted to nothing: the floor a GPU
+  user already has, and the one any prediction must clear by far. GPU presets only (a CPU has no datasheet
+  peak here); no memory.
 """
 
 from __future__ import annotations
@@ -13,8 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from collect.hardware.records import UnknownHardware, load_hardware
 from gnn.costs.efficiency import relative_nnls, time_terms
+from gnn.dataset.rows import ASSUMED_DTYPE
 from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_COLUMNS, Predictor, has_memory
+
+RULE_OF_THUMB_MFU = 0.40  # the rule's "40% of peak"
 
 
 class AnalyticalPredictor(Predictor):
@@ -90,3 +97,28 @@ class GBTPredictor(Predictor):
         out["pred_time_s"] = np.exp(self.time_model.predict(self._x(rows)))
         out["pred_mem_bytes"] = np.exp(self.mem_model.predict(self._x(rows))) if self.mem_model else np.nan
         return out
+
+
+class RuleOfThumbPredictor(Predictor):
+    name = "rule_of_thumb"
+
+    def fit(self, train, val=None):
+        return self  # nothing to fit: that is the point of it
+
+    def predict(self, rows):
+        peak = [_datasheet_peak(h, d) for h, d in zip(rows["fingerprint_id"], rows["dtype"].fillna(ASSUMED_DTYPE))]
+        # the parameters a token meets (all of a dense model's; a moe's active ones), from the spec the features
+        # were built from (vTrain rows state no vocabulary: the flagged assumption of gnn.dataset.rows)
+        flops = 6 * np.exp(rows["f_log_active_params"]) * rows["global_batch_size"] * rows["seq_len"]
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = flops / (rows["world_size"] * np.array(peak, dtype=float) * RULE_OF_THUMB_MFU)
+        out["pred_mem_bytes"] = np.nan
+        return out
+
+
+def _datasheet_peak(hardware: str, dtype: str) -> float:
+    """A preset's datasheet FLOP/s for the dtype; NaN for a measured fingerprint (it has no datasheet)."""
+    try:
+        return float(load_hardware(hardware).get("peak_flops_per_s", {}).get(dtype, np.nan))
+    except UnknownHardware:
+        return np.nan

@@ -52,6 +52,7 @@ def ranking_stats(rows: pd.DataFrame, pred_time: pd.Series) -> dict:
     df = rows.assign(pred=pred_time)
     for _, group in df.groupby(WORKLOAD_KEY, dropna=False):
         plans = group.groupby("run_id").agg(true=("iter_time_s", "median"), pred=("pred", "median"))
+        plans = plans[np.isfinite(plans["pred"])]  # a predictor may not say (the rule of thumb on a CPU)
         if len(plans) < 2:
             continue
         if len(plans) >= 3:

@@ -118,3 +118,21 @@ def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
     u = torch.tensor(rows[names].to_numpy(dtype=float), dtype=torch.float32)
     expected = AnalyticalPredictor().fit(train).predict(rows)["pred_time_s"].to_numpy()
     np.testing.assert_allclose(np.exp(base(u).numpy()), expected, rtol=1e-4)
+
+
+def test_the_rule_of_thumb_by_hand():
+    """6 x parameters x tokens at 40% of the datasheet peak: 1B parameters, 256 x 4096 tokens on 8 H100s (bf16
+    989.4 TFLOP/s) take 6e9 x 1,048,576 / (8 x 989.4e12 x 0.4) = 1.99 s; a CPU fingerprint has no datasheet."""
+    rows = pd.DataFrame(
+        {
+            "fingerprint_id": ["h100-80gb", "vm-20261124T082103"],
+            "dtype": ["bfloat16", "float32"],
+            "f_log_active_params": [np.log(1e9)] * 2,
+            "global_batch_size": [256, 256],
+            "seq_len": [4096, 4096],
+            "world_size": [8, 8],
+        }
+    )
+    pred = REGISTRY["rule_of_thumb"]().fit(rows).predict(rows)
+    assert pred["pred_time_s"].iloc[0] == pytest.approx(6e9 * 256 * 4096 / (8 * 989.4e12 * 0.4))
+    assert np.isnan(pred["pred_time_s"].iloc[1]) and pred["pred_mem_bytes"].isna().all()
