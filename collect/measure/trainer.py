@@ -69,7 +69,8 @@ class PlanTrainer:
     def _pipeline_step(self) -> None:
         inputs = (self.tokens,) if any(s.is_first for s in self.pipeline_stages) else ()
         target = self.targets if any(s.is_last for s in self.pipeline_stages) else None
-        self.schedule.step(*inputs, target=target)
+        # the last stage keeps each micro-batch's output for step()'s return value unless told not to (Megatron's way)
+        self.schedule.step(*inputs, target=target, return_outputs=self.spec.plan.pipeline_keeps_outputs)
 
     def _accumulation_step(self) -> None:
         n = self.spec.plan.num_microbatches

@@ -49,6 +49,9 @@ def spec_of(row: dict) -> RunSpec:
         "pp": row["pp"],
         "sharding": SHARDING[row["zero_stage"]],
         "num_microbatches": row["grad_acc"],
+        # Nanotron's conventions: sharded cross-entropy over tp, and a pipeline that keeps only the loss
+        "loss_parallel": row["tp"] > 1,
+        "pipeline_keeps_outputs": False,
     }
     cluster = {
         "nodes": row["nodes"],

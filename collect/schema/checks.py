@@ -14,13 +14,14 @@ import json
 from pydantic import model_validator
 
 from collect.schema.choices import Strict
+from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
 from collect.schema.plan import Cluster, Plan
 from collect.schema.workload import LATER_FIELDS, Workload
 
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
 _LATER_FIELDS = {
     "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
-    "plan": {k: Plan.model_fields[k].default for k in ("cp", "ep", "float8_all_gather")},
+    "plan": {k: Plan.model_fields[k].default for k in PLAN_LATER_FIELDS},
 }
 
 
@@ -225,6 +226,10 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(
             f"plan.sharding 'zero1' with plan.tp ({p.tp}) is predicted only: torch's ZeroRedundancyOptimizer cannot "
             "hold DTensor parameters (Megatron's distributed optimizer can)"
+        )
+    if p.loss_parallel and p.tp_enabled:
+        problems.append(
+            f"plan.loss_parallel with plan.tp ({p.tp}) is predicted only: the collector's head gathers whole logits"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(

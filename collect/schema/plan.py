@@ -8,6 +8,9 @@ from pydantic import Field, model_validator
 
 from collect.schema.choices import PipelineSchedule, Recompute, Sharding, Strict
 
+# fields added after data was collected: rows without them read their defaults, run ids leave them out at those
+LATER_FIELDS = ("cp", "ep", "float8_all_gather", "loss_parallel", "pipeline_keeps_outputs")
+
 
 class Plan(Strict):
     """How a workload is parallelised."""
@@ -40,6 +43,16 @@ class Plan(Strict):
     all-to-all; ep borrows its ranks from the dp x cp ranks (as torchtitan's dp_shard_in_ep), adding none."""
     float8_all_gather: bool = False
     """With workload.float8 'tensorwise' and FSDP: parameters are cast to FP8 before FSDP gathers them."""
+    # conventions: how a framework runs the same plan, where that changes its cost; the defaults are the
+    # collector's (the rows of data/runs hold them), Megatron and Nanotron set the other value
+    loss_parallel: bool = False
+    """With tp: the output projection's logits and the cross-entropy stay sharded over the vocabulary (Megatron's
+    vocab-parallel cross entropy, Nanotron, torchtitan's loss_parallel). False: every tp rank holds whole fp32
+    logits (the collector's ColwiseParallel head with a replicated output)."""
+    pipeline_keeps_outputs: bool = True
+    """With pp: the last stage keeps every micro-batch's output until the step ends (torch.distributed.pipelining
+    returning the merged outputs, the collector's default). False: only the loss is kept (Megatron, Nanotron;
+    torch's schedule.step(return_outputs=False))."""
 
     @model_validator(mode="before")
     @classmethod

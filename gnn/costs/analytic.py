@@ -66,9 +66,10 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         head_flops=2 * tokens * d * v / t,
         activation_bytes_per_layer=act,
         boundary_bytes=tokens * d * db,
-        # cross-entropy runs in fp32 on the whole vocabulary: the TP head is ColwiseParallel with a replicated
-        # output (collect/parallel/tp.py, no loss parallelism), so every rank holds all the logits
-        logits_bytes=tokens * v * 4,
+        # cross-entropy runs in fp32 on the vocabulary: the collector's TP head is ColwiseParallel with a
+        # replicated output (collect/parallel/tp.py), so every rank holds all the logits, unless the plan keeps
+        # them sharded (loss_parallel, as Megatron's vocab-parallel cross entropy does)
+        logits_bytes=tokens * v * 4 / (t if plan.loss_parallel else 1),
         layer_params=shape.params,
         embed_params=(v * d) / t + (s * d if w.family == "gpt" else 0),
         head_params=(0 if tied_alone else (v * d) / t) + (2 * d if w.family == "gpt" else d),

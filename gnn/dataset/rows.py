@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
 from collect.schema.workload import LATER_FIELDS
 from collect.store import ResultStore
 
@@ -70,7 +71,7 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
         virtual_stages=int(_get(row, "virtual_stages", 1)),
         num_microbatches=int(_get(row, "num_microbatches")),
         sequence_parallel=bool(_get(row, "sequence_parallel", False)),
-        **_later_fields(row, Plan, ("cp", "ep", "float8_all_gather")),
+        **_later_fields(row, Plan, PLAN_LATER_FIELDS),
     )
     hw = _get(row, "fingerprint_id", "a100-80gb")
     c = Cluster.model_construct(

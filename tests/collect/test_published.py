@@ -35,6 +35,7 @@ def test_playbook_rows_keep_what_the_source_measured(converted):
     big = rows.iloc[3]  # Megatron-style plans the collector cannot run: ZeRO-1 with tp and pp
     assert (big["tp"], big["pp"], big["sharding"], big["pp_schedule"]) == (8, 2, "zero1", "1f1b")
     assert big["num_params"] == pytest.approx(80e9, rel=0.003)
+    assert big["loss_parallel"] and not big["pipeline_keeps_outputs"]  # Nanotron's conventions
     assert pd.isna(rows.iloc[1]["iter_time_s"]) and "no result" in rows.iloc[1]["error"]
     # 80 layers cannot fill 128 stages: left out, with the schema's reason
     assert reasons == {

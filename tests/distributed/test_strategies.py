@@ -141,3 +141,22 @@ def test_uneven_pipeline_stages_run_and_are_simulated_per_rank(pools):
     _, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hardware_model("a100-80gb", "data/hardware"))
     for simulated, measured in zip(sim.peak_mem_per_rank, result.peak_mem_bytes_per_rank):
         assert simulated == pytest.approx(measured, rel=0.05)  # 27.94 and 15.31 MB against 27.95 and 15.29
+
+
+def test_a_pipeline_that_keeps_only_the_loss_frees_each_output_at_its_backward(pools):
+    """Megatron's convention (plan.pipeline_keeps_outputs False, torch's step(return_outputs=False)) against the
+    collector's default, on 1F1B's last stage: measured 14.3 against 38.8 MB; the graph drops the kept outputs too
+    (12.3 against 29.1 MB simulated)."""
+    from gnn.costs.hardware import hardware_model
+    from gnn.sim.truncate import simulate_plan
+
+    w = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 4096, "micro_batch_size": 2}
+    peaks, simulated = [], []
+    for keep in (True, False):
+        spec = tiny_spec(pp=2, num_microbatches=8, pipeline_keeps_outputs=keep, workload=w)
+        result = pools[2].run(spec)
+        assert result.status == "ok", result.error
+        peaks.append(result.peak_mem_bytes_per_rank[-1])
+        hw = hardware_model("a100-80gb", "data/hardware")
+        simulated.append(simulate_plan(spec.workload, spec.plan, spec.cluster, hw)[1].peak_mem_per_rank[-1])
+    assert peaks[1] < 0.6 * peaks[0] and simulated[1] < 0.6 * simulated[0]

@@ -120,6 +120,8 @@ def test_tensor_parallel_head_keeps_whole_logits_on_every_rank():
     one, two = block_costs(w, Plan()), block_costs(w, Plan(tp=2))
     assert two.head_flops == one.head_flops / 2
     assert two.logits_bytes == one.logits_bytes == 2 * 32 * 512 * 4
+    # Megatron's vocab-parallel cross entropy keeps them sharded (plan.loss_parallel)
+    assert block_costs(w, Plan(tp=2, loss_parallel=True)).logits_bytes == 2 * 32 * 512 * 4 / 2
 
 
 def test_gpt_activations_keep_no_attention_scores():
