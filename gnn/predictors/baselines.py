@@ -9,6 +9,7 @@
 - rule_of_thumb: 6 x (active) parameters x tokens / (GPUs x datasheet peak x 0.40), fitted to nothing: the floor a GPU
   user already has, and the one any prediction must clear by far. GPU presets only (a CPU has no datasheet
   peak here); no memory.
+- megatron_memory: Megatron-LM's theoretical memory per GPU (state and activations), fitted to nothing; no time.
 """
 
 from __future__ import annotations
@@ -122,3 +123,52 @@ def _datasheet_peak(hardware: str, dtype: str) -> float:
         return float(load_hardware(hardware).get("peak_flops_per_s", {}).get(dtype, np.nan))
     except UnknownHardware:
         return np.nan
+
+
+class MegatronMemoryPredictor(Predictor):
+    """Peak memory per GPU in the style of Megatron-LM's theoretical memory report (its
+    megatron/training/theoretical_memory_usage.py), fitted to nothing; no time.
+
+    State: the first pipeline stage's parameters on one tp rank (its layers and the embedding), at 18 bytes each
+    in mixed precision (bf16 weights 2, fp32 gradients 4, fp32 master weights 4, Adam 8) or 16 in fp32 (no
+    master copy), with the optimizer's 12 (mixed) or 8 bytes over dp under a distributed optimizer (zero1) and
+    everything over dp under FSDP. Activations: s b h (18 + 4 ffn / h) bytes per layer (its formula, which assumes
+    flash attention and selective recompute), over tp, for the pp micro-batches stage 0 holds under 1F1B, i.e.
+    the whole model's layers' worth, and over cp.
+    """
+
+    name = "megatron_memory"
+
+    def fit(self, train, val=None):
+        return self
+
+    def predict(self, rows):
+        fp32 = _column(rows, "dtype", ASSUMED_DTYPE).eq("float32")
+        cp = _column(rows, "cp", 1)  # rows collected before cp existed have none
+        h, layers, tp, data = rows["hidden"], rows["layers"], rows["tp"], rows["dp"] * cp
+        embedding = _column(rows, "vocab", np.nan) * h  # rows without a stated vocabulary get no estimate
+        tied = _column(rows, "tied_embeddings", False).astype(bool)
+        per_layer = (_column(rows, "num_params", np.nan) - embedding * (2 - tied)) / layers
+        params = (per_layer * np.ceil(layers / rows["pp"]) + embedding) / tp
+        weights_grads = np.where(fp32, 8.0, 6.0)
+        optimizer = np.where(fp32, 8.0, 12.0)
+        sharding = _column(rows, "sharding", "none")
+        state = params * np.select(
+            [sharding.eq("zero1"), sharding.str.startswith("fsdp")],
+            [weights_grads + optimizer / data, (weights_grads + optimizer) / data],
+            weights_grads + optimizer,
+        )
+        ffn = _column(rows, "ffn_hidden", np.nan).fillna(4 * h)  # GPT: 4h
+        tokens = rows["seq_len"] * rows["micro_batch_size"] / cp
+        activations = tokens * h * (18 + 4 * ffn / h) * layers / tp * np.where(fp32, 2.0, 1.0)
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = np.nan
+        out["pred_mem_bytes"] = state + activations
+        return out
+
+
+def _column(rows: pd.DataFrame, name: str, default) -> pd.Series:
+    """A column with its gaps at ``default``; all ``default`` where the rows (older, or of one source) lack it."""
+    if name not in rows:
+        return pd.Series(default, index=rows.index)
+    return rows[name].where(rows[name].notna(), default)

@@ -7,9 +7,21 @@ REGISTRY["gnn"](ds, cfg).fit(train_rows, val_rows).predict(rows)
 from __future__ import annotations
 
 from gnn.predictors.base import Predictor
-from gnn.predictors.baselines import AnalyticalPredictor, GBTPredictor, RuleOfThumbPredictor, SimulatorPredictor
+from gnn.predictors.baselines import (
+    AnalyticalPredictor,
+    GBTPredictor,
+    MegatronMemoryPredictor,
+    RuleOfThumbPredictor,
+    SimulatorPredictor,
+)
 from gnn.predictors.surrogate import GNNPredictor
 
-BASELINES: tuple[type[Predictor], ...] = (RuleOfThumbPredictor, AnalyticalPredictor, SimulatorPredictor, GBTPredictor)
+BASELINES: tuple[type[Predictor], ...] = (
+    RuleOfThumbPredictor,
+    MegatronMemoryPredictor,
+    AnalyticalPredictor,
+    SimulatorPredictor,
+    GBTPredictor,
+)
 REGISTRY: dict[str, type[Predictor]] = {cls.name: cls for cls in (*BASELINES, GNNPredictor)}
 BASELINE_NAMES = tuple(cls.name for cls in BASELINES)
