@@ -89,7 +89,7 @@ def _row(spec: RunSpec, r: dict, i: int) -> dict:
     ok = r["status"] == "ok"
     return {
         **w.model_dump(exclude_none=True),
-        **{k: v for k, v in p.model_dump().items()},
+        **p.model_dump(),
         **c.model_dump(),
         "world_size": c.world_size,
         "num_params": w.num_params,
