@@ -2,10 +2,10 @@
 
 Measured fingerprints give a matmul throughput per dtype and Lin et al.'s
 three-region curve per (collective, group size). Presets give datasheet peak
-FLOP/s and link bandwidths; their collectives use the ring volumes of the
-transformer characterisation (all-reduce 2(p-1)/p, all-gather and
-reduce-scatter (p-1)/p of the message per rank) over the link bandwidth, plus
-an assumed 10 us launch latency (an assumption, not a datasheet value).
+FLOP/s and link bandwidths; their collectives are priced as NCCL's tuning
+model prices them (gnn.costs.collectives), their compute kernel by kernel
+(gnn.costs.gpu). A message is what one rank passes in: all-gather's shard,
+reduce-scatter's and all-reduce's whole buffer.
 A fingerprint with a block profile (collect.measure.blocks) also prices compute block by
 block (gnn.costs.blocks): a fixed cost per block and wrapper beside its FLOPs.
 """
@@ -17,9 +17,8 @@ from functools import lru_cache
 from collect.hardware.costmodel import ThreeRegionCurve
 from collect.hardware.records import load_hardware
 from gnn.costs.blocks import BlockModel
-
-ASSUMED_LAUNCH_LATENCY_S = 10e-6
-RING_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "send_recv": None}
+from gnn.costs.collectives import all_to_all_seconds, ring_seconds, send_recv_seconds
+from gnn.costs.gpu import GpuKernels
 
 
 class HardwareModel:
@@ -41,6 +40,7 @@ class HardwareModel:
         self.inter_bw = links.get("inter_node", {}).get("bandwidth_bytes_per_s")
         self.devices_per_node = record.get("devices_per_node", 1 << 30)
         self.blocks = BlockModel(record["blocks"]) if record.get("blocks") else None
+        self.kernels = GpuKernels.of(record, self.memory_bandwidth)  # GPU presets: compute kernel by kernel
         if self.blocks is not None and record.get("blocks_compute"):  # borrowed from another fingerprint
             source = HardwareModel({"id": "source", "compute": record["blocks_compute"], "source": "measured"})
             self.blocks.rescale_flops(source.flops_per_s["float32"] / self.flops_per_s["float32"])
@@ -68,14 +68,23 @@ class HardwareModel:
             rate = self.flops_per_s.get("bfloat16", rate)  # GPU fp32 matmuls run on TF32/bf16 tensor cores
         return flops / rate
 
-    def comm_time(self, op: str, message_bytes: float, group: int, crosses_node: bool = False) -> float:
+    def comm_time(
+        self, op: str, message_bytes: float, group: int, crosses_node: bool = False, per_node: int | None = None
+    ) -> float:
+        """``per_node``: how many of the group's ranks share a node (all of them unless it crosses nodes; one
+        when it does and nothing else is said)."""
         if group <= 1 or message_bytes <= 0:
             return 0.0
         if self.curves:
             return self._curve_time(op, message_bytes, group)
-        bw = self.inter_bw if crosses_node else self.intra_bw
-        factor = RING_FACTOR[op] if RING_FACTOR[op] is not None else group / (group - 1)
-        return ASSUMED_LAUNCH_LATENCY_S * (group - 1) + factor * (group - 1) / group * message_bytes / bw
+        intra, inter = self.intra_bw or 1e10, self.inter_bw or self.intra_bw or 1e10
+        if op == "send_recv":
+            return send_recv_seconds(message_bytes, crosses_node, intra, inter)
+        per_node = min(per_node or 1, group) if crosses_node else group
+        if op == "all_to_all":
+            return all_to_all_seconds(message_bytes, group, per_node, intra, inter)
+        buffer = message_bytes * group if op == "all_gather" else message_bytes
+        return ring_seconds(op, buffer, group, per_node, intra, inter)
 
     def _curve_time(self, op: str, message_bytes: float, group: int) -> float:
         groups = sorted(g for o, g in self.curves if o == op)

@@ -1,5 +1,6 @@
-"""What a node of the execution graph costs in seconds: collectives from the hardware's curves, compute from the
-block profile where the hardware has one (else from FLOPs at its throughput), the optimizer step per tensor.
+"""What a node of the execution graph costs in seconds: collectives from the hardware's curves (or NCCL's model on a
+preset), compute from the block profile where the hardware has one, kernel by kernel on a GPU preset
+(gnn.costs.gpu), else from FLOPs at its throughput; the optimizer step per tensor, or by bytes on a GPU.
 
 One Pricing per plan (gnn.graph.passes asks it for every node it writes); each
 distinct node is priced once.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collect.schema import Plan, Workload
 from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
+from gnn.costs.gpu import KERNELS, forward_seconds
 from gnn.costs.hardware import HardwareModel
 
 # the collective each communication node runs (the node kinds of gnn.graph.table); tp_comm's depends on
@@ -26,6 +28,8 @@ COLLECTIVE = {
 # parameter tensors of one GPT layer: two norms (weight, bias) and six linears (weight, bias); the first stage
 # adds 2 (token and position embeddings), the last 3 (the final norm's two, the output projection)
 TENSORS_PER_LAYER = 16
+# the kinds whose group is strided by tp in the rank order (tp innermost): a node holds devices_per_node / tp of them
+STRIDED_BY_TP = {"dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "ep_a2a", "cp_ring"}
 
 
 class Pricing:
@@ -53,13 +57,38 @@ class Pricing:
     ) -> float:
         if kind in COLLECTIVE:
             op = COLLECTIVE[kind] or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
-            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node)
+            per_node = max(1, self.hw.devices_per_node // (self.plan.tp if kind in STRIDED_BY_TP else 1))
+            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node)
             if kind == "tp_comm" and self.plan.sequence_parallel:
-                per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node)
+                per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node, per_node)
             return count * per_call
         if self.hw.blocks is not None:
             return count * self._block_seconds(kind, phase)
+        if self.hw.kernels is not None and kind in KERNELS:
+            return self._kernel_seconds(kind, phase, count, flops)
         return self._compute_seconds(kind, flops)
+
+    def _kernel_seconds(self, kind: str, phase: str, count: int, flops: float) -> float:
+        """On a GPU preset: the forward's seconds per FLOP (gnn.costs.gpu) times the node's FLOPs (a backward's
+        are twice the forward's); a recompute node reruns whole layers; the embedding moves bytes only."""
+        c = self.c
+        if kind == "embed":
+            return count * self._forward("embed")
+        if phase == "recompute":
+            layer = c.attn_flops + c.mlp_flops
+            return flops * (self._forward("attn") + self._forward("mlp")) / layer if layer else 0.0
+        fwd_flops = {"attn": c.attn_flops, "mlp": c.mlp_flops, "head": c.head_flops}[kind]
+        return flops * self._forward(kind) / fwd_flops if fwd_flops else 0.0
+
+    def _forward(self, kind: str) -> float:
+        key = ("forward seconds", kind)
+        found = self.costs.get(key)
+        if found is None:
+            w, db = self.w, dtype_bytes(self.w)
+            rest = 1 / self.hw.compute_time(1.0, w.dtype)
+            linear = rest if w.float8 == "none" else 1 / self.hw.compute_time(1.0, "float8")
+            found = self.costs[key] = forward_seconds(self.hw.kernels, w, self.plan, kind, (linear, rest), db)
+        return found
 
     def _compute_seconds(self, kind: str, flops: float) -> float:
         """At the hardware's throughput. FP8 training (torchao's float8) runs the linears of the blocks in FP8,
@@ -114,7 +143,7 @@ class Pricing:
         """AdamW's step on this rank's ``params`` (already sharded): a cost per tensor and per parameter, on
         DTensors under FSDP or TP. ZeRO-1 steps a plain optimizer over its 1/dp of the tensors."""
         if self.hw.blocks is None:
-            return None
+            return None if self.hw.kernels is None else self.hw.kernels.optimizer_seconds(params)
         plan, last = self.plan, self.num_stages - 1
         tensors = sum(TENSORS_PER_LAYER * self.stage_layers[s] + 2 * (s == 0) + 3 * (s == last) for s in stages)
         if plan.sharding == "zero1":

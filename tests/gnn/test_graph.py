@@ -17,12 +17,12 @@ class UnitHardware(HardwareModel):
     """1 GFLOP/s compute, 1 GB/s links with no latency: easy numbers."""
 
     def __init__(self):
-        self.id, self.measured, self.blocks = "unit", True, None
+        self.id, self.measured, self.blocks, self.kernels, self.devices_per_node = "unit", True, None, None, 1 << 30
 
     def compute_time(self, flops, dtype):
         return flops / 1e9
 
-    def comm_time(self, op, message_bytes, group, crosses_node=False):
+    def comm_time(self, op, message_bytes, group, crosses_node=False, per_node=None):
         return 0.0 if group <= 1 else message_bytes / 1e9
 
 

@@ -1,0 +1,127 @@
+"""How long a block runs on a GPU preset: its GEMMs by shape, the fused attention core, the element-wise work by
+the bytes it moves, and a gap per kernel.
+
+A datasheet's peak is what the largest GEMMs approach, not what a training step sees: the 1,065 finished H100
+runs of the Ultra-Scale Playbook took 3.7x as long as their FLOPs at peak (geometric mean), most where tensor
+parallelism or a micro-batch of one makes the GEMMs small. Per block of one micro-batch on one tensor-parallel
+rank (m tokens; cp shares the sequence):
+- GEMM (m x k) @ (k x n): at the preset's ``gemm_efficiency`` of peak, times the share of the GPU's tiles that hold
+  useful work (tile and wave quantization, NVIDIA's Matrix Multiplication Background User's Guide: 128 x 128 output
+  tiles, waves of one tile per SM; a skinny output splits k to fill the SMs, as cuBLAS's split-K does), and
+  never faster than reading its operands and writing its result at memory bandwidth.
+- attention core: 4 s q FLOPs per token counted unhalved (gnn.costs.layers), of which a causal flash kernel runs
+  half, at the preset's ``attention_efficiency``.
+- element-wise work (norms, residual adds, rotary, the MLP's activation, the fp32 cross-entropy): bytes read and
+  written at the datasheet bandwidth. Under sequence parallelism a tp rank normalises 1/tp of the tokens.
+- a gap per kernel launched (ASSUMED_KERNEL_GAP_S).
+The backward runs each GEMM twice (input and weight gradients) and the element-wise work about twice: the node's
+FLOPs (2x the forward's) carry it at the forward's seconds per FLOP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from collect.schema import Plan, Workload
+
+TILE = 128  # output tile edge of cuBLAS/CUTLASS's bf16 kernels (Matrix Multiplication Background User's Guide)
+SPLIT_K_MIN = 256  # the shortest k slice a split-K GEMM gives one SM (an assumption, not a published figure)
+# an assumption: eager PyTorch launches a kernel every few microseconds at best; a kernel shorter than that leaves
+# the GPU idle for the rest (the launch and the Python around it)
+ASSUMED_KERNEL_GAP_S = 5e-6
+KERNELS = {"attn": 6, "mlp": 5, "head": 4, "embed": 1}  # per forward: norm, GEMMs, rotary, attention, add, ...
+# AdamW over fp32 master weights: reads parameter, gradient and both moments, writes all but the gradient, and
+# writes the low-precision copy the model computes with: 4 + 4 + 8 read, 4 + 8 + 2 written
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """A preset's ``kernels`` record: SM count (datasheet) and the efficiencies its sources give."""
+
+    sms: int
+    gemm_efficiency: float
+    attention_efficiency: float
+    memory_bandwidth: float
+
+    @classmethod
+    def of(cls, record: dict, memory_bandwidth: float) -> GpuKernels | None:
+        k = record.get("kernels")
+        if not k:
+            return None
+        return cls(int(k["sms"]), float(k["gemm_efficiency"]), float(k["attention_efficiency"]), memory_bandwidth)
+
+    def gemm_seconds(self, m: float, k: float, n: float, rate: float, db: float) -> float:
+        m, k, n = max(m, 1.0), max(k, 1.0), max(n, 1.0)
+        tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+        tile_use = m * n / (tiles * TILE * TILE)
+        split = max(1, min(self.sms // tiles, math.ceil(k / SPLIT_K_MIN)))
+        units = tiles * split
+        wave_use = units / (math.ceil(units / self.sms) * self.sms)
+        compute = 2 * m * k * n / (rate * self.gemm_efficiency * tile_use * wave_use)
+        memory = db * (m * k + k * n + m * n) / self.memory_bandwidth
+        return max(compute, memory) + ASSUMED_KERNEL_GAP_S
+
+    def attention_seconds(self, flops: float, rate: float) -> float:
+        return 0.5 * flops / (rate * self.attention_efficiency) + ASSUMED_KERNEL_GAP_S
+
+    def bytes_seconds(self, nbytes: float, kernels: int) -> float:
+        return nbytes / self.memory_bandwidth + kernels * ASSUMED_KERNEL_GAP_S
+
+    def optimizer_seconds(self, params: float) -> float:
+        return params * OPTIMIZER_BYTES_PER_PARAM / self.memory_bandwidth
+
+
+def forward_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rates: tuple[float, float], db: int) -> float:
+    """One forward of ``kind`` (attn, mlp, head, embed) for one micro-batch on one tp rank. ``rates``: FLOP/s of
+    the block's linears (FP8 under float8 training) and of the rest."""
+    m, d, t = w.micro_batch_size * w.seq_len / plan.cp, w.hidden, plan.tp
+    linear, other = rates
+    replicated = m / (t if plan.sequence_parallel else 1)  # tokens a tp rank normalises and adds
+    if kind == "embed":
+        return g.bytes_seconds(2 * m * d * db, KERNELS["embed"])
+    if kind == "head":
+        logits = m * w.vocab / t  # fp32 logits written, read by the log-softmax, its output read by the loss
+        final_norm = 2 * replicated * d * db
+        return g.gemm_seconds(m, d, w.vocab / t, other, db) + g.bytes_seconds(3 * 4 * logits + final_norm, 3)
+    norm_add = 5 * replicated * d * db  # the norm reads and writes d, the residual add reads 2d and writes d
+    if kind == "attn":
+        q, kv = w.heads * w.head_size / t, w.n_kv_heads * w.head_size / t
+        return (
+            g.gemm_seconds(m, d, q + 2 * kv, linear, db)
+            + g.gemm_seconds(m, q, d, linear, db)
+            + g.attention_seconds(4 * w.seq_len * q * m, other)
+            + g.bytes_seconds(norm_add + 4 * m * (q + kv) * db, KERNELS["attn"] - 3)  # rotary on q and k
+        )
+    return _mlp_seconds(g, w, plan, m, linear, db) + g.bytes_seconds(norm_add, 2)
+
+
+def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
+    """The MLP's GEMMs and activation: GPT's GELU MLP, a SwiGLU, or MoE layers mixed with dense ones (each expert
+    a SwiGLU over its share of the routed tokens, gathered from every ep rank)."""
+    d, t = w.hidden, plan.tp
+    if w.family == "gpt":
+        return (
+            g.gemm_seconds(m, d, 4 * d / t, rate, db)
+            + g.gemm_seconds(m, 4 * d / t, d, rate, db)
+            + g.bytes_seconds(2 * m * 4 * d / t * db, 1)
+        )
+    dense = _swiglu_seconds(g, m, d, w.dense_ffn / t, rate, db)
+    share = w.moe_layers / w.layers
+    if not share:
+        return dense
+    per_expert = m * w.top_k * plan.ep / w.experts * (w.expert_imbalance if plan.ep > 1 else 1.0)
+    routed = w.experts / plan.ep * _swiglu_seconds(g, per_expert, d, w.expert_ffn_hidden / t, rate, db)
+    shared = w.shared_experts * _swiglu_seconds(g, m, d, w.expert_ffn_hidden / t, rate, db)
+    router = g.gemm_seconds(m, d, w.experts, rate, db) + g.bytes_seconds(4 * m * w.top_k * d * db, 4)  # permute
+    return (1 - share) * dense + share * (routed + shared + router)
+
+
+def _swiglu_seconds(g: GpuKernels, m: float, d: float, ffn: float, rate: float, db: int) -> float:
+    """w1 and w3 (d -> ffn), silu(w1 x) * w3 x (reads 2 ffn, writes ffn), w2 (ffn -> d)."""
+    return (
+        2 * g.gemm_seconds(m, d, ffn, rate, db)
+        + g.gemm_seconds(m, ffn, d, rate, db)
+        + g.bytes_seconds(3 * m * ffn * db, 1)
+    )

@@ -1,0 +1,95 @@
+"""A GPU preset prices collectives as NCCL's tuning model does and compute kernel by kernel: hand computations."""
+
+import math
+
+import pytest
+
+from collect.hardware.records import load_hardware
+from collect.schema import RunSpec
+from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S
+from gnn.costs.hardware import HardwareModel
+from gnn.graph.build import build_graph
+from gnn.sim.simulate import simulate
+
+H100 = HardwareModel(load_hardware("h100-80gb"))
+NVLINK, NIC = 450e9, 50e9  # the preset's per-GPU NVLink and InfiniBand bandwidths
+
+
+def test_an_all_reduce_inside_a_node_is_latency_plus_the_ring_over_nvlink():
+    steps = 2 * 7
+    simple = (8.4 + steps * 3.4) * 1e-6 + 1e9 / (NVLINK * 8 / steps)
+    assert H100.comm_time("all_reduce", 1e9, 8) == pytest.approx(simple)
+
+
+def test_a_small_all_reduce_takes_the_low_latency_protocol():
+    steps = 2 * 7
+    ll = (6.6 + steps * 0.47) * 1e-6 + 1e3 / (NVLINK * 8 / steps / 4)
+    assert H100.comm_time("all_reduce", 1e3, 8) == pytest.approx(ll)
+
+
+def test_across_nodes_a_group_moves_its_data_through_one_nic_per_rank_on_a_node():
+    # 16 ranks: a tp group over 2 nodes has 8 per node (8 NICs); a dp group strided by tp 8, one per node over 16
+    steps = 2 * 15
+    latency = (8.4 + (steps - 2) * 3.4 + 2 * 9.6) * 1e-6
+    eight = latency + 1e9 / (min(NVLINK, 8 * NIC) * 16 / steps)
+    one = (8.4 + steps * 9.6) * 1e-6 + 1e9 / (NIC * 16 / steps)
+    assert H100.comm_time("all_reduce", 1e9, 16, True, 8) == pytest.approx(eight)
+    assert H100.comm_time("all_reduce", 1e9, 16, True, 1) == pytest.approx(one)
+
+
+def test_an_all_gather_message_is_one_rank_shard():
+    shard = 1e8
+    steps = 7
+    expected = (8.4 + steps * 3.4) * 1e-6 + 8 * shard / (NVLINK * 8 / steps)
+    assert H100.comm_time("all_gather", shard, 8) == pytest.approx(expected)
+
+
+def test_a_large_square_gemm_runs_at_the_gemm_efficiency_less_wave_quantization():
+    k = H100.kernels
+    m = 4096
+    tiles = 32 * 32  # 128 x 128 tiles, one k slice each (they fill the SMs)
+    waves = math.ceil(tiles / 132)
+    expected = 2 * m**3 / (989.4e12 * 0.8 * tiles / (waves * 132)) + ASSUMED_KERNEL_GAP_S
+    assert k.gemm_seconds(m, m, m, 989.4e12, 2) == pytest.approx(expected)
+
+
+def test_a_gemm_with_few_output_tiles_splits_k_to_fill_the_sms():
+    k = H100.kernels
+    m, kk, n = 1024, 65536, 1024
+    tiles, split = 64, 2  # 132 // 64: two slices of k per output tile, 128 of 132 SMs busy
+    expected = 2 * m * kk * n / (989.4e12 * 0.8 * tiles * split / 132) + ASSUMED_KERNEL_GAP_S
+    assert k.gemm_seconds(m, kk, n, 989.4e12, 2) == pytest.approx(expected)
+
+
+def test_a_skinny_gemm_is_bound_by_its_bytes():
+    k = H100.kernels
+    for m, kk, n in ((8, 8192, 8192), (4096, 2048, 64)):  # a few tokens on a big weight; a tp = 32 shard
+        assert k.gemm_seconds(m, kk, n, 989.4e12, 2) == pytest.approx(
+            2 * (m * kk + kk * n + m * n) / 3.35e12 + ASSUMED_KERNEL_GAP_S
+        )
+
+
+def test_measured_fingerprints_keep_their_own_pricing():
+    assert HardwareModel({"id": "cpu", "source": "measured", "compute": []}).kernels is None
+
+
+def _llama_time(tp: int) -> tuple[float, float]:
+    w = {"family": "llama", "layers": 16, "hidden": 2048, "heads": 32, "kv_heads": 8, "ffn_hidden": 8192}
+    w |= {"seq_len": 4096, "vocab": 128256, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "bfloat16"}
+    spec = RunSpec.model_validate(
+        {
+            "workload": w,
+            "plan": {"dp": 8 // tp, "tp": tp, "num_microbatches": tp},
+            "cluster": {"devices_per_node": 8, "memory_bytes": 80 * 2**30, "device": "cuda"},
+        }
+    )
+    r = simulate(build_graph(spec.workload, spec.plan, spec.cluster, H100))
+    return r.iter_time_s, r.compute_s
+
+
+def test_tensor_parallelism_makes_a_small_model_slower_per_flop():
+    """Same tokens per GPU: tp 8 shards every GEMM eight ways (skinny, quantized tiles) and adds collectives."""
+    t1, c1 = _llama_time(1)
+    t8, c8 = _llama_time(8)
+    assert c8 > 1.2 * c1
+    assert t8 > c8
