@@ -72,13 +72,13 @@ def convert(src: str) -> tuple[pd.DataFrame, Counter]:
         try:
             spec = spec_of(r)
         except ValueError as e:  # pydantic's ValidationError is one
-            reasons[_first_reason(e)] += 1
+            reasons[first_reason(e)] += 1
             continue
         rows.append(_row(spec, r, i))
     return pd.DataFrame(rows), reasons
 
 
-def _first_reason(error: ValueError) -> str:
+def first_reason(error: ValueError) -> str:
     errors = getattr(error, "errors", None)
     text = errors()[0]["msg"] if errors else str(error)
     return text.split(";")[0].split(":")[0].removeprefix("Value error, ")

@@ -26,10 +26,30 @@ def _unit(run_id: str, salt: str) -> float:
     return int(hashlib.sha256(f"{salt}:{run_id}".encode()).hexdigest()[:8], 16) / 2**32
 
 
+def random_test(run_ids: pd.Series) -> pd.Series:
+    """The random splits' test rows: 15% of runs, by a hash of the run id (stable as rows are added)."""
+    return run_ids.map(lambda r: _unit(r, "test")) < 0.15
+
+
 def _split(df: pd.DataFrame, test_mask: pd.Series, salt: str) -> dict[str, np.ndarray]:
     u = df["run_id"].map(lambda r: _unit(r, salt))
     val = ~test_mask & (u < 0.15)
     return {"train": np.flatnonzero(~test_mask & ~val), "val": np.flatnonzero(val), "test": np.flatnonzero(test_mask)}
+
+
+def _gpu_tests(d: pd.DataFrame) -> dict[str, pd.Series]:
+    """The largest model and the most GPUs, held out of the domain's main source (its most frequent: one framework
+    and sweep, e.g. the playbook's Nanotron runs); the other sources' rows (e.g. NVIDIA's published NeMo and
+    Megatron runs) are a split of their own, trained on the main source."""
+    source = d["source"].fillna("") if "source" in d else pd.Series("", index=d.index)
+    main = source == source.mode().iloc[0]
+    tests = {
+        "held_out_size": main & (d["num_params"] == d.loc[main, "num_params"].max()),
+        "held_out_scale": main & (d["world_size"] == d.loc[main, "world_size"].max()),
+    }
+    if not main.all():
+        tests["held_out_source"] = ~main
+    return tests
 
 
 def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
@@ -38,7 +58,7 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     for domain, df in meta.groupby("domain"):
         rows = df.index.to_numpy()
         d = df.reset_index(drop=True)
-        tests = {"random": d["run_id"].map(lambda r: _unit(r, "test")) < 0.15}
+        tests = {"random": random_test(d["run_id"])}
         if domain == "cpu":
             tests["held_out_shape"] = d["num_params"] == d["num_params"].max()
             tests["held_out_world_size"] = d["world_size"] == d["world_size"].max()
@@ -49,9 +69,8 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
         elif domain == "a100":
             tests["held_out_hidden"] = d["hidden"] == d["hidden"].max()
             tests["held_out_layers"] = d["layers"] >= sorted(d["layers"].unique())[-2]
-        else:  # what a GPU user asks of a predictor: a model size and a scale it has not seen
-            tests["held_out_size"] = d["num_params"] == d["num_params"].max()
-            tests["held_out_scale"] = d["world_size"] == d["world_size"].max()
+        else:  # what a GPU user asks of a predictor: a model size, a scale and a framework it has not seen
+            tests |= _gpu_tests(d)
         for name, mask in tests.items():
             parts = _split(d, mask.fillna(False), name)
             splits[f"{domain}/{name}"] = {k: rows[v] for k, v in parts.items()}

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from collect.published import playbook
+from collect.published import nemo, playbook
 from gnn.dataset.rows import load_runs, row_to_spec
 
 # five rows of ../shared/data/playbook/h100_nanotron.csv, unchanged
@@ -57,3 +57,51 @@ def test_playbook_rows_enter_the_dataset_as_their_own_gpu_domain(converted, tmp_
     assert list(runs["domain"].unique()) == ["h100"] and len(runs) == 3  # failed runs are not training rows
     spec, hardware, _ = row_to_spec(pd.Series(runs.iloc[2]).to_dict())
     assert hardware == "h100-80gb" and spec.plan.pp_schedule == "1f1b" and spec.workload.family == "llama"
+
+
+# rows of ../shared/data/published's NeMo 24.07 and Megatron-Bridge tables, unchanged (one line per metric)
+NEMO = """\
+source,model,n_params,layers,hidden,heads,seq_len,vocab,global_batch,micro_batch,gpus,gpu_type,interconnect,tp,pp,dp,cp,zero_stage,recompute,schedule,measured_metric_name,measured_value,unit,notes
+NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 4c73f77670624bc1fd97ce444dea4e22ef5eb9c5; initial 24.07 perf (2024-08-14)),Nemotron-8B,,32,4096,32,4096,,256,4,64,H100 (DGX-H100),,2,1,32,1,,,,tokens_per_sec_per_gpu,12701,tokens/s/GPU,"pretraining; FP8; NeMo 24.07 container; dp derived = gpus/(tp*pp*cp); arch from NeMo 2.0 Nemotron3Config8B at commit 8cfedd7203462cb251a914e700e5605444277561 (not in table; 24.07 used NeMo-1 launcher configs); printed est. days/mins column (9) is derived, not extracted"
+NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 4c73f77670624bc1fd97ce444dea4e22ef5eb9c5; initial 24.07 perf (2024-08-14)),Nemotron-8B,,32,4096,32,4096,,256,4,64,H100 (DGX-H100),,2,1,32,1,,,,model_tflops_per_gpu,653,TFLOP/s/GPU,"pretraining; FP8; NeMo 24.07 container; dp derived = gpus/(tp*pp*cp); arch from NeMo 2.0 Nemotron3Config8B at commit 8cfedd7203462cb251a914e700e5605444277561 (not in table; 24.07 used NeMo-1 launcher configs); printed est. days/mins column (9) is derived, not extracted"
+NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 4c73f77670624bc1fd97ce444dea4e22ef5eb9c5; initial 24.07 perf (2024-08-14)),LLAMA3-70B,,80,8192,64,8192,,128,1,64,H100 (DGX-H100),,4,4,2,2,,,"interleaved, VP=5",tokens_per_sec_per_gpu,1533,tokens/s/GPU,"pretraining; FP8; NeMo 24.07 container; dp derived = gpus/(tp*pp*cp); arch from NeMo 2.0 Llama3Config70B; GQA 8 groups at commit 8cfedd7203462cb251a914e700e5605444277561 (not in table; 24.07 used NeMo-1 launcher configs); printed est. days/mins column (74) is derived, not extracted"
+NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 4c73f77670624bc1fd97ce444dea4e22ef5eb9c5; initial 24.07 perf (2024-08-14)),LLAMA3-70B,,80,8192,64,8192,,128,1,64,H100 (DGX-H100),,4,4,2,2,,,"interleaved, VP=5",model_tflops_per_gpu,738,TFLOP/s/GPU,"pretraining; FP8; NeMo 24.07 container; dp derived = gpus/(tp*pp*cp); arch from NeMo 2.0 Llama3Config70B; GQA 8 groups at commit 8cfedd7203462cb251a914e700e5605444277561 (not in table; 24.07 used NeMo-1 launcher configs); printed est. days/mins column (74) is derived, not extracted"
+NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 4c73f77670624bc1fd97ce444dea4e22ef5eb9c5; initial 24.07 perf (2024-08-14)),LLAMA2-7B,,32,4096,32,4096,,32,1,8,H100 (DGX-H100),,1,1,8,1,,,,tokens_per_sec_per_gpu,17120,tokens/s/GPU,"SFT; FP8; NeMo 24.07 container; dp derived = gpus/(tp*pp*cp); arch from NeMo 2.0 Llama2Config7B at commit 8cfedd7203462cb251a914e700e5605444277561 (not in table; 24.07 used NeMo-1 launcher configs); printed est. days/mins column (1.2) is derived, not extracted; packed sequences (SQuAD)"
+"""  # noqa: E501
+BRIDGE = """\
+source,model,n_params,layers,hidden,heads,seq_len,vocab,global_batch,micro_batch,gpus,gpu_type,interconnect,tp,pp,dp,cp,zero_stage,recompute,schedule,measured_metric_name,measured_value,unit,notes
+NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md (commit 067f987df03b8355b03192d88d70f1709fedf51a),LLAMA3_8B,,32,4096,32,8192,,128,1,8,DGX-H100,,1,1,8,1,Megatron-FSDP (FSDP=8),,,tokens_per_sec_per_gpu,14451,tokens/s/GPU,"release 25.11 NeMo Container; section 'Pre-Training Performance'; precision FP8-CS; EP 1; GA 16; FSDP column 8; dp derived = gpus/(tp*pp*cp); arch from Llama 3/3.1 configs (not in table), GQA 8 groups"
+NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md (commit 067f987df03b8355b03192d88d70f1709fedf51a),LLAMA3_8B,,32,4096,32,8192,,128,1,8,DGX-H100,,1,1,8,1,Megatron-FSDP (FSDP=8),,,model_tflops_per_gpu,744,TFLOP/s/GPU,"release 25.11 NeMo Container; section 'Pre-Training Performance'; precision FP8-CS; EP 1; GA 16; FSDP column 8; dp derived = gpus/(tp*pp*cp); arch from Llama 3/3.1 configs (not in table), GQA 8 groups"
+NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md (commit 067f987df03b8355b03192d88d70f1709fedf51a),LLAMA3.1_405B,,126,16384,128,8192,,1536,1,256,DGX-GB200,,4,16,4,1,,,"interleaved, VP=4",tokens_per_sec_per_gpu,843,tokens/s/GPU,"release 26.06 NeMo Container; section 'Pre-Training Performance'; precision FP8; EP n/a; GA ; FSDP column absent; dp derived = gpus/(tp*pp*cp); arch from Llama 3/3.1 configs (not in table), GQA 8 groups"
+"""  # noqa: E501
+
+
+@pytest.fixture
+def published(tmp_path):
+    (tmp_path / nemo.TABLES[0]).write_text(NEMO)
+    (tmp_path / nemo.TABLES[1]).write_text(BRIDGE)
+    return nemo.convert(tmp_path)
+
+
+def test_published_configurations_take_megatrons_conventions(published):
+    rows, reasons = published
+    assert len(rows) == 2  # NeMo's Llama 3 70B and Bridge's Megatron-FSDP Llama 3 8B
+    llama70 = rows.iloc[0]
+    assert llama70["iter_time_s"] == pytest.approx(128 * 8192 / (1533 * 64))  # the batch at its tokens/s per GPU
+    assert (llama70["tp"], llama70["pp"], llama70["dp"], llama70["cp"]) == (4, 4, 2, 2)
+    assert (llama70["pp_schedule"], llama70["virtual_stages"], llama70["num_microbatches"]) == (
+        "interleaved_1f1b",
+        5,
+        64,
+    )
+    assert (llama70["sharding"], llama70["float8"], llama70["sequence_parallel"]) == ("zero1", "tensorwise", True)
+    assert llama70["num_params"] == pytest.approx(70.55e9, rel=0.002)  # Llama 3 70B
+    assert llama70["loss_parallel"] and not llama70["pipeline_keeps_outputs"]
+    assert pd.isna(llama70["peak_mem_bytes"])  # not printed
+    fsdp = rows.iloc[1]
+    assert (fsdp["sharding"], fsdp["dp"], fsdp["tp"]) == ("fsdp_full", 8, 1)
+    assert reasons == {
+        "model Nemotron-8B fits no family": 1,
+        "fine-tuning (SFT or LoRA), not pre-training": 1,
+        "GPU DGX-GB200 has no preset": 1,
+    }

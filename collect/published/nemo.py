@@ -1,0 +1,169 @@
+"""NVIDIA's published H100 pre-training throughput (NeMo 24.07 and Megatron-Bridge) as rows of data/runs.
+
+    python -m collect.published.nemo [--src-dir data/external/published] [--out data/runs/published-h100.parquet]
+
+Sources (data/external/published/SOURCES.md, copied from ../shared/data/published): NVIDIA/NeMo
+docs/source/performance/performance_summary.md at three revisions of the 24.07 release, and NVIDIA-NeMo/
+Megatron-Bridge docs/performance-summary-archive.md (releases 25.09 to 26.06). Each configuration prints
+tokens/s per GPU; its iteration time is global batch x sequence / (tokens/s per GPU x GPUs). No memory is printed.
+
+What is filled in beyond the tables, and why:
+- shapes the tables leave out (FFN width, key/value heads, vocabulary) from the models' published configurations
+  (ARCH below);
+- Megatron's conventions, which NeMo runs by default: the distributed optimizer (zero1) unless the row says
+  Megatron-FSDP (fsdp_full), sequence parallelism with tp, vocabulary-parallel loss, a pipeline that keeps only the
+  loss, interleaved 1F1B where the row prints VP;
+- FP8 ("FP8", "FP8-CS": per-tensor scaling) as float8 tensorwise; recompute is not printed (left empty).
+Left out, counted with the reason: other GPUs (no preset here), fine-tuning (SFT, LoRA), precisions the schema has
+no name for, rows without a printed precision, and models no family expresses (Nemotron: GQA with a squared-ReLU
+MLP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from collect.published.playbook import first_reason
+from collect.schema import RunSpec
+
+TABLES = ("nemo_24.07_perf_summary_h100.csv", "megatron_bridge_perf_summary_dense.csv")
+PRESET = "h100-80gb"
+MEMORY_BYTES = 80 * 10**9  # H100 80GB (NVIDIA datasheet)
+# (family, ffn_hidden, kv_heads, vocab): Llama 2 (Touvron et al. 2023, table and released configs: 32,000
+# tokens, GQA only at 70B), Llama 3 / 3.1 (Meta's released config.json files: 128,256 tokens, 8 kv heads),
+# GPT-3 as NeMo configures it (4h MLP, full attention, GPT-2's 50,257-token BPE padded to 50,304 as Megatron's
+# make-vocab-size-divisible-by 128 pads it)
+ARCH = {
+    "LLAMA2-7B": ("llama", 11008, 32, 32000),
+    "LLAMA2-13B": ("llama", 13824, 40, 32000),
+    "LLAMA2-70B": ("llama", 28672, 8, 32000),
+    "LLAMA3-8B": ("llama", 14336, 8, 128256),
+    "LLAMA3_8B": ("llama", 14336, 8, 128256),
+    "LLAMA3-70B": ("llama", 28672, 8, 128256),
+    "LLAMA3_70B": ("llama", 28672, 8, 128256),
+    "LLAMA3.1_405B": ("llama", 53248, 8, 128256),
+    "GPT3-5B": ("gpt", None, None, 50304),
+    "GPT3-20B": ("gpt", None, None, 50304),
+    "GPT3-175B": ("gpt", None, None, 50304),
+}
+FLOAT8 = {"FP8": "tensorwise", "FP8-CS": "tensorwise", "BF16": "none"}
+CONFIG = ["source", "model", "layers", "hidden", "heads", "seq_len", "global_batch", "micro_batch", "gpus"]
+CONFIG += ["gpu_type", "tp", "pp", "dp", "cp", "zero_stage", "schedule", "notes"]
+
+
+def configurations(src_dir: Path) -> pd.DataFrame:
+    """One row per printed configuration (the tables are long: one row per metric), with its tokens/s per GPU."""
+    frames = [pd.read_csv(src_dir / name, dtype={"zero_stage": str, "schedule": str}) for name in TABLES]
+    long = pd.concat(frames, ignore_index=True)
+    wide = long[long["measured_metric_name"] == "tokens_per_sec_per_gpu"].copy()
+    return wide.rename(columns={"measured_value": "tokens_per_s_per_gpu"}).reset_index(drop=True)
+
+
+def spec_of(row: dict) -> RunSpec:
+    """The plan a printed configuration describes; ValueError (naming what) when the schema cannot hold it."""
+    if "H100" not in row["gpu_type"]:
+        raise ValueError(f"GPU {row['gpu_type']} has no preset")
+    if not ("pretraining" in row["notes"] or "Pre-Training" in row["notes"]):
+        raise ValueError("fine-tuning (SFT or LoRA), not pre-training")
+    precision = _precision(row["notes"])
+    if precision not in FLOAT8:
+        raise ValueError(f"precision {precision or 'not printed'} has no float8 setting")
+    if row["model"] not in ARCH:
+        raise ValueError(f"model {row['model']} fits no family")
+    family, ffn, kv_heads, vocab = ARCH[row["model"]]
+    tp, pp, dp, cp, mbs = (int(row[k]) for k in ("tp", "pp", "dp", "cp", "micro_batch"))
+    vp = re.search(r"VP=(\d+)", str(row["schedule"]))
+    workload = {
+        "family": family,
+        "layers": int(row["layers"]),
+        "hidden": int(row["hidden"]),
+        "heads": int(row["heads"]),
+        "vocab": vocab,
+        "seq_len": int(row["seq_len"]),
+        "dtype": "bfloat16",
+        "float8": FLOAT8[precision],
+        "micro_batch_size": mbs,
+        "global_batch_size": int(row["global_batch"]),
+    }
+    if family == "llama":
+        workload |= {"ffn_hidden": ffn, "kv_heads": kv_heads, "tied_embeddings": False}
+    plan = {
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "sharding": "fsdp_full" if "FSDP=" in str(row["zero_stage"]) else "zero1",
+        "num_microbatches": int(row["global_batch"]) // (mbs * dp),
+        "virtual_stages": int(vp.group(1)) if vp else 1,
+        "sequence_parallel": tp > 1,
+        "loss_parallel": tp > 1,
+        "pipeline_keeps_outputs": False,
+    }
+    if pp > 1:
+        plan["pp_schedule"] = "interleaved_1f1b" if vp else "1f1b"
+    cluster = {"nodes": int(row["gpus"]) // 8, "devices_per_node": 8, "device": "cuda", "device_kind": "h100"}
+    cluster |= {"backend": "nccl", "memory_bytes": MEMORY_BYTES}
+    return RunSpec.model_validate({"workload": workload, "plan": plan, "cluster": cluster})
+
+
+def _precision(notes: str) -> str | None:
+    found = re.search(r"(?:precision |; )(FP8-CS|MXFP8|NVFP4|FP8|BF16)\b", notes)
+    return found.group(1) if found else None
+
+
+def convert(src_dir: Path) -> tuple[pd.DataFrame, Counter]:
+    """(rows, reasons): the expressible configurations in the row schema, and why the others could not be."""
+    rows, reasons = [], Counter()
+    for i, r in enumerate(configurations(src_dir).to_dict("records")):
+        try:
+            spec = spec_of(r)
+        except ValueError as e:  # pydantic's ValidationError is one
+            reasons[first_reason(e)] += 1
+            continue
+        rows.append(_row(spec, r, i))
+    return pd.DataFrame(rows), reasons
+
+
+def _row(spec: RunSpec, r: dict, i: int) -> dict:
+    w, p, c = spec.workload, spec.plan, spec.cluster
+    tokens = w.global_batch_size * w.seq_len
+    return {
+        **w.model_dump(exclude_none=True),
+        **p.model_dump(),
+        **c.model_dump(),
+        "world_size": c.world_size,
+        "num_params": w.num_params,
+        "run_id": spec.run_id,
+        "measurement_id": f"{spec.run_id}-published{i}",
+        "repeat_group": None,
+        "sweep_id": "published-h100",
+        "fingerprint_id": PRESET,
+        "status": "ok",
+        "error": "",
+        "iter_time_s": tokens / (r["tokens_per_s_per_gpu"] * c.world_size),
+        "peak_mem_bytes": None,  # not printed
+        "is_reference": False,
+        "source": r["source"],
+        "recompute": None,  # not printed
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src-dir", default="data/external/published")
+    parser.add_argument("--out", default="data/runs/published-h100.parquet")
+    args = parser.parse_args()
+    df, reasons = convert(Path(args.src_dir))
+    df.to_parquet(args.out, compression="zstd", index=False)
+    print(f"{args.out}: {len(df)} configurations")
+    for reason, n in reasons.most_common():
+        print(f"  not expressible ({n}): {reason}")
+
+
+if __name__ == "__main__":
+    main()
