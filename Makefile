@@ -65,9 +65,10 @@ bench: install ## inference speed of the champion (plans/s, graph building inclu
 serve: install ## HTTP service on 127.0.0.1:$(PORT) for $(MODEL) (docs at /docs)
 	$(PY) -m serve serve --port $(PORT) --model $(MODEL)
 
-search: install ## plan search through the surrogate: WORKLOAD=file.json CLUSTER=preset|json [NODES= OBJECTIVE= TRIALS=]
+search: install ## plan search through the surrogate: WORKLOAD=file.json CLUSTER=preset|json [NODES= OBJECTIVE= TRIALS= FRAMEWORK=]
 	$(PY) -m serve search --workload $(WORKLOAD) --cluster '$(CLUSTER)' --nodes $${NODES:-1} \
-	    --objective $${OBJECTIVE:-time} --trials $${TRIALS:-200} --model $(MODEL) --plot build/search.png
+	    --objective $${OBJECTIVE:-time} --trials $${TRIALS:-200} --framework $${FRAMEWORK:-torch} --model $(MODEL) \
+	    --plot build/search.png
 
 render: install ## draw a small plan's simulated timeline to docs/img/timeline.png
 	$(PY) -m gnn.render

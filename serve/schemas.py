@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
-from collect.schema.choices import Float8
+from collect.schema.choices import Float8, Framework
 
 MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
@@ -184,6 +184,9 @@ class SearchRequest(_Request):
     sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""
+    framework: Framework = "torch"
+    """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps)
+    change the memory each plan needs. torch is the local collector's; megatron covers NeMo too."""
 
     @model_validator(mode="after")
     def _check(self) -> "SearchRequest":

@@ -5,15 +5,18 @@ from collect.schema.choices import (
     DTYPE_BYTES,
     FAMILIES,
     FLOAT8_SCALINGS,
+    FRAMEWORKS,
     PIPELINE_SCHEDULES,
     RECOMPUTES,
     SHARDINGS,
     DType,
     Family,
     Float8,
+    Framework,
     PipelineSchedule,
     Recompute,
     Sharding,
+    framework_conventions,
 )
 from collect.schema.plan import Cluster, Plan
 from collect.schema.workload import Workload
@@ -22,6 +25,7 @@ __all__ = [
     "DTYPE_BYTES",
     "FAMILIES",
     "FLOAT8_SCALINGS",
+    "FRAMEWORKS",
     "PIPELINE_SCHEDULES",
     "RECOMPUTES",
     "SHARDINGS",
@@ -29,6 +33,7 @@ __all__ = [
     "DType",
     "Family",
     "Float8",
+    "Framework",
     "PipelineSchedule",
     "Recompute",
     "Sharding",
@@ -36,5 +41,6 @@ __all__ = [
     "RunSpec",
     "Workload",
     "collect_problems",
+    "framework_conventions",
     "plan_problems",
 ]

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from collect.schema import FRAMEWORKS
 from serve.api import load_predictor
 from serve.cli import RequestError, load_request
 from serve.schemas import SearchRequest
@@ -38,6 +39,7 @@ def build_request(args) -> SearchRequest:
         "objective": args.objective,
         "trials": args.trials,
         "sampler": args.sampler,
+        "framework": args.framework,
     }
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"plansight-search-{os.getpid()}.json"
     tmp.write_text(json.dumps(body))
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--objective", choices=["time", "pareto"], default="time")
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument(
+        "--framework", choices=FRAMEWORKS, default="torch", help="whose conventions the plans take (memory)"
+    )
     parser.add_argument(
         "--sampler",
         choices=["auto", "optuna", "exhaustive"],

@@ -5,7 +5,8 @@ recompute, pipeline schedule (and virtual stages), sequence parallel, the
 micro-batch size and count (dp x micro_batch_size x num_microbatches = the
 global batch), the expert-parallel degree of a moe model (borrowed from dp x cp)
 and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with tensorwise or
-rowwise scaling; tensorwise under FSDP may all-gather in FP8). Only combinations
+rowwise scaling; tensorwise under FSDP may all-gather in FP8), and the conventions of the framework named
+(loss sharded over tp, what the pipeline keeps). Only combinations
 the schema accepts (plan_problems) exist, and, for a space whose plans are to be
 measured here, only those the collector runs (collect_problems).
 """
@@ -25,6 +26,7 @@ from collect.schema import (
     RunSpec,
     Workload,
     collect_problems,
+    framework_conventions,
     plan_problems,
 )
 from collect.sweep import divisors, layouts
@@ -50,6 +52,9 @@ class Space:
     workload's own."""
     collectable_only: bool = False
     """Only plans the local collector can measure (collect_problems): for proofs that measure what they find."""
+    framework: str = "torch"
+    """Whose conventions each plan takes (collect.schema.framework_conventions): torch (the collector's),
+    megatron, nanotron or torchtitan."""
 
     def shardings_for(self, dp: int, tp: int) -> list[str]:
         """The shardings of a layout: all of them, or, collectable only, those torch composes with tp."""
@@ -124,6 +129,7 @@ class Space:
             num_microbatches=self.global_batch_size // samples,
             sequence_parallel=sp,
             float8_all_gather=float8_all_gather,
+            **framework_conventions(self.framework, tp),
         )
         if limit_problems(p) or plan_problems(w, p, self.cluster):
             return None

@@ -54,7 +54,13 @@ def space_of(request: SearchRequest) -> Space:
     w = request.workload
     # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
     precisions = FLOAT8_SCALINGS if request.cluster.has_float8 and w.dtype == "bfloat16" else ()
-    return Space(w, request.cluster.cluster(), micro_batch_sizes=request.micro_batch_sizes, precisions=precisions)
+    return Space(
+        w,
+        request.cluster.cluster(),
+        micro_batch_sizes=request.micro_batch_sizes,
+        precisions=precisions,
+        framework=request.framework,
+    )
 
 
 def exhaustive(request: SearchRequest, space: Space) -> list[RunSpec] | None:

@@ -6,6 +6,9 @@ import math
 import optuna
 import pytest
 
+from gnn.costs.hardware import hardware_model
+from gnn.graph.build import build_graph
+from gnn.sim.simulate import simulate
 from serve.schemas import SearchRequest
 from serve.search.study import exhaustive, feasible_trials, run_search, search, space_of
 from serve.search.trials import params_of, suggest
@@ -165,3 +168,27 @@ def test_a_plan_line_names_every_choice_the_search_made():
     label = plan_label(plan, 1, "tensorwise")
     assert "dp4 tp2 pp1 cp2 ep8" in label and "fp8=tensorwise+ag" in label
     assert "cp" not in plan_label(Plan(dp=4), 1) and "fp8" not in plan_label(Plan(dp=4), 1)
+
+
+def _plans_by_choice(framework: str, body: dict) -> dict:
+    space = space_of(SearchRequest.model_validate(body | {"framework": framework}))
+    return {(s.plan.pp, s.plan.tp, s.plan.sharding, s.plan.recompute): s for s in space.enumerate()}
+
+
+def test_a_search_for_megatron_prices_plans_with_megatrons_conventions():
+    """torch keeps whole logits on every tp rank and every micro-batch's output on the last pipeline stage;
+    Megatron shards the loss over tp and keeps only the loss: the same plan needs less memory there."""
+    body = {"workload": WORKLOAD, "cluster": CLUSTER, "micro_batch_sizes": [1]}
+    plans = {f: _plans_by_choice(f, body) for f in ("torch", "megatron")}
+    key = next(k for k, s in plans["torch"].items() if s.plan.tp > 1 and s.plan.pp > 1)
+    torch_plan, megatron_plan = plans["torch"][key].plan, plans["megatron"][key].plan
+    assert (torch_plan.loss_parallel, torch_plan.pipeline_keeps_outputs) == (False, True)
+    assert (megatron_plan.loss_parallel, megatron_plan.pipeline_keeps_outputs) == (True, False)
+    hw = hardware_model("a100-80gb")
+    peak = {}
+    for framework, by_choice in plans.items():
+        s = by_choice[key]
+        peak[framework] = simulate(build_graph(s.workload, s.plan, s.cluster, hw)).peak_mem_bytes
+    assert peak["megatron"] < peak["torch"]
+    with pytest.raises(ValueError, match="framework"):
+        SearchRequest.model_validate(body | {"framework": "deepspeed"})
