@@ -5,6 +5,8 @@
   on relative error.
 - simulator: the critical-path simulator over the execution graph, with one
   fitted scale for time and a scale plus offset for memory.
+- physics: the same simulator fitted to nothing: what the costs alone say (on a GPU, the preset's kernel and
+  NCCL pricing), untouched by how fast the training rows' framework happened to run.
 - gbt: gradient-boosted trees on flat plan, workload and hardware features.
 - rule_of_thumb: 6 x (active) parameters x tokens / (GPUs x datasheet peak x 0.40), fitted to nothing: the floor a GPU
   user already has, and the one any prediction must clear by far. GPU presets only (a CPU has no datasheet
@@ -69,6 +71,19 @@ class SimulatorPredictor(Predictor):
             if self.mem_coef is not None
             else np.nan
         )
+        return out
+
+
+class PhysicsPredictor(Predictor):
+    name = "physics"
+
+    def fit(self, train, val=None):
+        return self
+
+    def predict(self, rows):
+        out = pd.DataFrame(index=rows.index)
+        out["pred_time_s"] = np.exp(rows["f_log_sim_time"])
+        out["pred_mem_bytes"] = np.exp(rows["f_log_sim_mem"])
         return out
 
 

@@ -11,6 +11,7 @@ from gnn.predictors.baselines import (
     AnalyticalPredictor,
     GBTPredictor,
     MegatronMemoryPredictor,
+    PhysicsPredictor,
     RuleOfThumbPredictor,
     SimulatorPredictor,
 )
@@ -20,6 +21,7 @@ BASELINES: tuple[type[Predictor], ...] = (
     RuleOfThumbPredictor,
     MegatronMemoryPredictor,
     AnalyticalPredictor,
+    PhysicsPredictor,
     SimulatorPredictor,
     GBTPredictor,
 )

@@ -155,3 +155,12 @@ def test_megatron_style_memory_by_hand():
     activations = 128 * 1024 * (18 + 16) * 4
     assert pred.iloc[0] == pytest.approx(49.024e6 * 18 + activations)
     assert pred.iloc[1] == pytest.approx(49.024e6 * 9 + activations)
+
+
+def test_physics_is_the_simulator_fitted_to_nothing(vtrain_dataset):
+    meta = vtrain_dataset.meta
+    rows = meta.iloc[:20]
+    physics = REGISTRY["physics"]().fit(meta.iloc[20:]).predict(rows)
+    assert np.allclose(physics["pred_time_s"], rows["sim_time_s"], rtol=1e-6)
+    fitted = REGISTRY["simulator"]().fit(meta.iloc[20:]).predict(rows)
+    assert not np.allclose(fitted["pred_time_s"], physics["pred_time_s"])  # a fitted scale moves it
