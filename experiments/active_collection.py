@@ -48,7 +48,10 @@ def pool_rows(meta: pd.DataFrame, sweep: str) -> pd.DataFrame:
         rows["cost_h"] = rows["world_size"] * rows["wall_s"] / 3600.0
     else:
         rows["cost_h"] = device_hours(rows["world_size"], rows["iter_time_s"], ASSUMED_STARTUP_S, STEPS)
-    rows["group"] = rows["num_params"].astype(str) + "/" + rows["world_size"].astype(str)
+    # a search's question: one model shape on one number of devices
+    rows["group"] = [
+        f"{r.layers}x{r.hidden}/{r.world_size}" for r in rows[["layers", "hidden", "world_size"]].itertuples()
+    ]
     return rows.reset_index(drop=True)
 
 
