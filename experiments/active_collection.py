@@ -139,7 +139,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the headless backend
 
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6))
     for ax, (pool, by_strategy) in zip(np.atleast_1d(axes), results.items()):
