@@ -44,8 +44,11 @@ test-gnn: install ## execution graph, simulator, baselines, the surrogate and it
 test-serve: install ## the HTTP service over real HTTP, the CLI and the plan search
 	$(PY) -m pytest tests/serve -q
 
+# an active sweep's plans are chosen by a surrogate, which lives in gnn (collect imports no model)
+ACTIVE = $(shell grep -qE '^sampler:[[:space:]]*active' $(SWEEP) 2>/dev/null && echo yes)
+
 collect: install ## run a sweep and append its rows to data/ (SWEEP=path.yaml, default: a few minutes)
-	$(PY) -m collect sweep $(SWEEP)
+	$(PY) -m $(if $(ACTIVE),gnn.acquire,collect sweep) $(SWEEP)
 
 dataset: install ## build (or load the cached) graph dataset from data/runs
 	$(PY) -m gnn.dataset

@@ -2,6 +2,7 @@
 
     python -m collect measure SPEC.json            # one plan, prints its row as JSON
     python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+    python -m gnn.acquire collect/sweeps/active-cpu.yaml  # sampler: active (a surrogate chooses the plans)
     python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
     python -m collect workload --hf-config config.json --seq-len 4096 --micro-batch-size 1 --global-batch-size 256
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from collect.hardware.take import MAX_MESSAGE_BYTES, take_fingerprint
-from collect.inputs import InputError, load_model, local_problems, read_json, validation_lines
+from collect.inputs import InputError, load_model, local_problems, read_json, run_reporting_errors, validation_lines
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.launch.run import SweepRunner
@@ -30,7 +31,6 @@ from collect.launch.torchrun import run_under_torchrun, under_torchrun
 from collect.measure.plan import MeasureSettings
 from collect.schema import RunSpec, Workload
 from collect.schema.hf import hf_fields
-from collect.store import CorruptResultsError, StoreBusyError, StoreWriteError
 from collect.sweep import SweepSpec
 
 
@@ -52,6 +52,11 @@ def cmd_measure(args) -> None:
 
 def cmd_sweep(args) -> None:
     spec = SweepSpec.from_yaml(args.sweep)
+    if spec.sampler == "active":
+        raise InputError(
+            f"error: {args.sweep}: sampler: active chooses plans with a surrogate model, which collect does not "
+            f"import: run `python -m gnn.acquire {args.sweep}` (`make collect SWEEP={args.sweep}` does)"
+        )
     if under_torchrun():  # GPU clusters: torchrun made the ranks, this process is one of them
         counts = run_under_torchrun(spec, args.out, args.limit)
         if counts is not None:
@@ -126,32 +131,7 @@ def main(argv=None) -> None:
     w.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     w.set_defaults(fn=cmd_workload)
     args = parser.parse_args(argv)
-    try:
-        args.fn(args)
-    except InputError as exc:
-        _fail(str(exc), USAGE_ERROR)
-    except ValidationError as exc:
-        _fail("\n".join(["error: invalid input", *validation_lines(exc)]), USAGE_ERROR)
-    except (CorruptResultsError, StoreBusyError) as exc:
-        _fail(f"error: {exc}", USAGE_ERROR)
-    except StoreWriteError as exc:
-        _fail(f"error: {exc}", 1)
-    except OSError as exc:  # writing a fingerprint or the sweep's spec: a full or read-only disk
-        _fail(
-            f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}; every finished plan is stored, "
-            "run the same command again once it is writable",
-            1,
-        )
-    except KeyboardInterrupt:
-        _fail("interrupted: every finished plan is stored; run the same command again to resume", 130)
-
-
-USAGE_ERROR = 2  # bad input: what argparse itself exits with
-
-
-def _fail(message: str, status: int) -> None:
-    print(message, file=sys.stderr)
-    raise SystemExit(status)
+    run_reporting_errors(args.fn, args)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from collect.schema import RunSpec, collect_problems
+from collect.store import CorruptResultsError, StoreBusyError, StoreWriteError
 
 MAX_INPUT_BYTES = 64 * 2**20
 
@@ -95,3 +97,33 @@ def _machine_memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+USAGE_ERROR = 2  # bad input: what argparse itself exits with
+
+
+def run_reporting_errors(command, *args) -> None:
+    """Run a shell command's function; what goes wrong reaches the user as one clear message and an exit status."""
+    try:
+        command(*args)
+    except InputError as exc:
+        _fail(str(exc), USAGE_ERROR)
+    except ValidationError as exc:
+        _fail("\n".join(["error: invalid input", *validation_lines(exc)]), USAGE_ERROR)
+    except (CorruptResultsError, StoreBusyError) as exc:
+        _fail(f"error: {exc}", USAGE_ERROR)
+    except StoreWriteError as exc:
+        _fail(f"error: {exc}", 1)
+    except OSError as exc:  # writing a fingerprint or the sweep's spec: a full or read-only disk
+        _fail(
+            f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}; every finished plan is stored, "
+            "run the same command again once it is writable",
+            1,
+        )
+    except KeyboardInterrupt:
+        _fail("interrupted: every finished plan is stored; run the same command again to resume", 130)
+
+
+def _fail(message: str, status: int) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(status)

@@ -2,7 +2,8 @@
 
 A sweep YAML either lists explicit ``points`` or describes a plan space that a
 sampler draws from (``grid``: every valid point; ``random``: a seeded sample,
-balanced over world sizes). Invalid combinations are filtered out through the
+balanced over world sizes; ``active``: chosen a batch at a time by a surrogate
+within a budget, collect.active). Invalid combinations are filtered out through the
 schema's own ``plan_problems``, so only runnable plans are emitted. A random
 fraction of points is repeated, the repeats spread over the sweep, to measure
 the noise floor. Precedence: CLI flags > sweep YAML > SweepSpec defaults.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from collect.measure.plan import MeasureSettings
 from collect.schema import (
@@ -89,9 +90,23 @@ class SweepSpec(BaseModel):
     device_kind: str = "cpu"
     devices_per_node: int | None = None
     """GPUs per node on a cluster; None puts every world size on one node."""
-    sampler: str = Field(default="random", pattern="^(grid|random)$")
+    sampler: Literal["grid", "random", "active"] = "random"
     num_points: int = 100
     """Points drawn by the random sampler (before repeats)."""
+    budget_device_hours: float | None = Field(default=None, gt=0)
+    """Active sampler: stop once the measured plans (not the check set) have used this many device-hours."""
+    budget_runs: int | None = Field(default=None, ge=1)
+    """Active sampler: stop after this many measured plans (not counting the check set)."""
+    target_mape: float | None = Field(default=None, gt=0)
+    """Active sampler: stop early once the surrogate's time MAPE on the check set is at most this (0.1 = 10%)."""
+    check_runs: int = Field(default=24, ge=2)
+    """Active sampler: random plans measured first and never learned from, the held-out check set."""
+    seed_runs: int = Field(default=16, ge=2)
+    """Active sampler: random plans measured before the surrogate chooses."""
+    batch_size: int = Field(default=8, ge=1)
+    """Active sampler: plans measured between two fits of the surrogate."""
+    acquisition: Literal["active", "uncertainty", "random"] = "active"
+    """Active sampler: how a batch is chosen (collect.active.select_batch); ``random`` is the baseline."""
     seed: int = 0
     repeat_fraction: float = Field(default=0.1, ge=0, le=1)
     repeat_count: int = Field(default=3, ge=2)
@@ -107,6 +122,12 @@ class SweepSpec(BaseModel):
     profile_blocks: bool = True
     """Take the block profile (collect.measure.blocks) with the sweep's fingerprint: ~1 min here, and what the simulator
     prices compute with. Off only for sweeps whose times no model reads (the project's own tests)."""
+
+    @model_validator(mode="after")
+    def _active_has_a_budget(self) -> "SweepSpec":
+        if self.sampler == "active" and self.budget_device_hours is None and self.budget_runs is None:
+            raise ValueError("sampler: active needs a budget: budget_device_hours or budget_runs")
+        return self
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "SweepSpec":
@@ -176,6 +197,8 @@ def _plan_variants(spec: SweepSpec, pp: int, dp: int, tp: int, nmb: int, moe: bo
 def sample_points(spec: SweepSpec) -> list[RunSpec]:
     if spec.points:
         return list(spec.points)
+    if spec.sampler == "active":
+        raise ValueError("an active sweep has no schedule: collect.active chooses its plans as it goes")
     rng = random.Random(spec.seed)
     by_world = {ws: valid_points(spec, ws) for ws in spec.world_sizes}
     if spec.sampler == "grid":
@@ -183,11 +206,16 @@ def sample_points(spec: SweepSpec) -> list[RunSpec]:
     per_world = max(1, spec.num_points // len(by_world))
     chosen = []
     for pts in by_world.values():
-        chosen += _sample_by_layout(pts, per_world, rng)
+        chosen += sample_by_layout(pts, per_world, rng)
     return chosen
 
 
-def _sample_by_layout(points: list[RunSpec], n: int, rng: random.Random) -> list[RunSpec]:
+def all_points(spec: SweepSpec) -> list[RunSpec]:
+    """Every valid point of the space, over every world size."""
+    return [p for ws in spec.world_sizes for p in valid_points(spec, ws)]
+
+
+def sample_by_layout(points: list[RunSpec], n: int, rng: random.Random) -> list[RunSpec]:
     """Draw a (pp, dp, tp, ep) layout uniformly, then a point within it, without replacement.
 
     Uniform over points would over-weight tensor parallelism, whose layouts have

@@ -7,27 +7,32 @@ on their queue and cost no CPU), so world sizes interleave freely. Before
 anything is measured the hardware fingerprint is taken and saved to
 data/hardware/<id>.json. Every ``reference_every`` plans of a world size its
 reference plan is re-measured; each row carries the latest reference time.
+An active sweep (``sampler: active``) measures the batches collect.active.ActiveLoop
+chooses, with a surrogate the caller gives (gnn.acquire).
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
+from collect.active import ActiveLoop, Surrogate
 from collect.hardware.take import largest_message, take_fingerprint
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.measure.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.store import ResultStore, StoreWriteError
-from collect.sweep import SweepSpec, measurement_id, schedule_measurements
+from collect.sweep import SweepSpec, all_points, measurement_id, schedule_measurements
 
 COMPACT_EVERY = 50  # rows between journal -> Parquet compactions
+_ACTIVE_BAR = "{desc}: {n:.3f}/{total:.3f} {unit} spent |{bar}| {elapsed}{postfix}"
 
 
 def reference_spec(world_size: int) -> RunSpec:
@@ -41,8 +46,21 @@ def reference_spec(world_size: int) -> RunSpec:
 
 
 class SweepRunner:
-    def __init__(self, spec: SweepSpec, out_dir: str | Path = "data/runs", hardware_dir: str | Path = "data/hardware"):
+    def __init__(
+        self,
+        spec: SweepSpec,
+        out_dir: str | Path = "data/runs",
+        hardware_dir: str | Path = "data/hardware",
+        surrogate: Callable[[str], Surrogate] | None = None,
+    ):
+        """``surrogate``: for active sweeps, makes the model that chooses plans, given the hardware's name."""
+        if spec.sampler == "active" and surrogate is None:
+            raise ValueError(
+                f"{spec.name}: sampler: active chooses plans with a surrogate model, which collect does not import: "
+                "run it with `python -m gnn.acquire SWEEP.yaml` (`make collect` does)"
+            )
         self.spec = spec
+        self.surrogate = surrogate
         self.store = ResultStore(Path(out_dir) / f"{spec.name}.parquet")
         self.hardware_dir = Path(hardware_dir)
         self.host = socket.gethostname()
@@ -55,6 +73,8 @@ class SweepRunner:
             return self._run(limit, remeasure_memory)
 
     def _run(self, limit: int | None, remeasure_memory: bool) -> dict:
+        if self.spec.sampler == "active":
+            return self._run_active(limit)
         order = schedule_measurements(self.spec)
         done = self.store.done_ids() - (self._stale_memory_ids() if remeasure_memory else set())
         todo = [item for item in order if measurement_id(item[0], item[1]) not in done]
@@ -67,23 +87,44 @@ class SweepRunner:
         if not todo:
             print(f"{self.spec.name}: all {len(order)} measurements already in {self.store.parquet_path}")
             return self.counts
-        world_sizes = sorted({p.cluster.world_size for p, _, _ in todo})
         with ExitStack() as stack:
-            self.pools = {
-                ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s)) for ws in world_sizes
-            }
-            self.fingerprint_id = take_fingerprint(
-                self.pools, largest_message(todo), self.hardware_dir, self.host, blocks=self.spec.profile_blocks
-            )
-            try:
-                self._measure_all(todo, skipped=skipped)
-            except StoreWriteError:
-                raise  # the disk refuses writes: compacting would too, and the journal holds every stored row
-            except BaseException:
-                self.store.compact()
-                raise
-            self.store.compact()
+            self._start(stack, [p for p, _, _ in todo])
+            self._compacting(lambda: self._measure_all(todo, skipped=skipped))
         return self.counts
+
+    def _run_active(self, limit: int | None) -> dict:
+        candidates = all_points(self.spec)
+        _save_spec(self.spec, self.store.parquet_path)
+        loop = ActiveLoop(self.spec, candidates, None, self.store.load().to_dict("records"))
+        if loop.finished:
+            print(f"{self.spec.name}: {loop.stopped_by}; {len(loop.rows)} plans in {self.store.parquet_path}")
+            return self.counts
+        with ExitStack() as stack:
+            self._start(stack, candidates)
+            loop.surrogate = self.surrogate(self.fingerprint_id)
+            self._compacting(lambda: self._measure_active(loop, limit))
+        return self.counts
+
+    def _start(self, stack: ExitStack, points: list[RunSpec]) -> None:
+        """A pool per world size, then the fingerprint (which needs them)."""
+        world_sizes = sorted({p.cluster.world_size for p in points})
+        self.pools = {
+            ws: stack.enter_context(LocalPool(ws, self.spec.measure, self.spec.deadline_s)) for ws in world_sizes
+        }
+        self.fingerprint_id = take_fingerprint(
+            self.pools, largest_message([(p,) for p in points]), self.hardware_dir, self.host,
+            blocks=self.spec.profile_blocks,
+        )  # fmt: skip
+
+    def _compacting(self, measure: Callable[[], None]) -> None:
+        try:
+            measure()
+        except StoreWriteError:
+            raise  # the disk refuses writes: compacting would too, and the journal holds every stored row
+        except BaseException:
+            self.store.compact()
+            raise
+        self.store.compact()
 
     def _stale_memory_ids(self) -> set[str]:
         """Stored CPU measurements whose peak an older accounting overstated (collect.measure.memory): measuring them
@@ -106,24 +147,45 @@ class SweepRunner:
         if skipped:
             bar.write(f"resuming: {skipped} measurements already stored, {len(todo)} to go")
         for n, (point, repeat_index, repeat_group) in enumerate(bar, start=1):
-            ws = point.cluster.world_size
-            if ws not in self.ref_time or self.since_ref[ws] >= self.spec.reference_every:
-                self._measure_reference(ws)
-            result = self.pools[ws].run(point)
-            self.since_ref[ws] += 1
-            self.counts[result.status] += 1
-            self.store.append(
-                self._row(
-                    point,
-                    result,
-                    measurement_id(point, repeat_index),
-                    repeat_group=repeat_group,
-                    repeat_index=repeat_index,
-                )
-            )
+            self._measure(point, repeat_index, repeat_group)
             bar.set_postfix(self.counts, refresh=False)
             if n % COMPACT_EVERY == 0:
                 self.store.compact()
+
+    def _measure_active(self, loop: ActiveLoop, limit: int | None) -> None:
+        budget_h = self.spec.budget_device_hours
+        bar = tqdm(total=budget_h or self.spec.budget_runs, desc=self.spec.name, dynamic_ncols=True,
+                   unit="device-h" if budget_h else "plan", bar_format=_ACTIVE_BAR)  # fmt: skip
+        if loop.rows:
+            bar.n = round(loop.spent_hours if budget_h else loop.runs, 4)
+            bar.write(f"resuming: {len(loop.rows)} plans already measured")
+        measured = 0
+        while limit is None or measured < limit:
+            batch = loop.next_batch()
+            if not batch:
+                bar.write(f"{self.spec.name}: stopped, {loop.stopped_by}")
+                break
+            for point, role in batch[: None if limit is None else limit - measured]:
+                loop.add(self._measure(point, active_role=role, active_runs_before=loop.runs))
+                measured += 1
+                bar.n = round(loop.spent_hours if budget_h else loop.runs, 4)
+                mape = "-" if loop.check_mape is None else f"{100 * loop.check_mape:.1f}%"
+                bar.set_postfix({"role": role, "check MAPE": mape, **self.counts}, refresh=True)
+            self.store.compact()
+        bar.close()
+
+    def _measure(self, point: RunSpec, repeat_index: int = 0, repeat_group: str | None = None, **extra) -> dict:
+        """Measure one plan (and first the reference, when it is due) and store its row."""
+        ws = point.cluster.world_size
+        if ws not in self.ref_time or self.since_ref[ws] >= self.spec.reference_every:
+            self._measure_reference(ws)
+        result = self.pools[ws].run(point)
+        self.since_ref[ws] += 1
+        self.counts[result.status] += 1
+        mid = measurement_id(point, repeat_index)
+        row = self._row(point, result, mid, repeat_group=repeat_group, repeat_index=repeat_index, **extra)
+        self.store.append(row)
+        return row
 
     def _measure_reference(self, ws: int) -> None:
         spec = reference_spec(ws)

@@ -9,7 +9,8 @@ per-rank outcomes and appends rows. A plan that kills the job (a device OOM
 on some ranks, a hang until the NCCL timeout) cannot be recorded by the job
 itself: rank 0 keeps the plan in flight in ``<sweep>.inflight``, and the next
 run records it as an error and moves on. Restart the job (``srun`` again, or
-``--requeue``) to resume.
+``--requeue``) to resume. An active sweep runs the same way through
+``python -m gnn.acquire``: rank 0 chooses each batch and every rank measures it.
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from collect.active import ActiveLoop, Surrogate
 from collect.launch.result import RankOutcome, build_row, combine_ranks
 from collect.measure.plan import measure_on_rank
+from collect.schema import RunSpec
 from collect.store import ResultStore
-from collect.sweep import SweepSpec, measurement_id, schedule_measurements
+from collect.sweep import SweepSpec, all_points, measurement_id, schedule_measurements
 
 
 def under_torchrun() -> bool:
@@ -40,59 +46,108 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def run_under_torchrun(spec: SweepSpec, out_dir: str | Path, limit: int | None = None) -> dict | None:
-    """Returns the status counts on rank 0, None on the other ranks."""
+def run_under_torchrun(
+    spec: SweepSpec, out_dir: str | Path, limit: int | None = None, surrogate: Callable[[str], Surrogate] | None = None
+) -> dict | None:
+    """Returns the status counts on rank 0, None on the other ranks. ``surrogate``: for active sweeps, makes the
+    model that chooses plans, given the hardware's name (the sweep's device_kind: a preset such as h100-80gb)."""
     device = _device()
     dist.init_process_group(
         "nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=spec.deadline_s)
     )
-    rank, world = dist.get_rank(), dist.get_world_size()
-    store = ResultStore(Path(out_dir) / f"{spec.name}.parquet")
-    inflight = store.parquet_path.with_suffix(".inflight")
-    todo = None
-    if rank == 0:
-        _record_crashed_plan(store, inflight, spec)
-        df = store.load()
-        # Errors count as done here: a plan that killed the job would kill it again.
-        done = set(df["measurement_id"]) if len(df) else set()
-        todo = [
-            m
-            for m in schedule_measurements(spec)
-            if m[0].cluster.world_size == world and measurement_id(m[0], m[1]) not in done
-        ][:limit]
-    shared = [todo]
-    dist.broadcast_object_list(shared, src=0)
-    counts = {"ok": 0, "oom": 0, "error": 0, "timeout": 0}
-    for point, repeat_index, group in shared[0]:
-        mid = measurement_id(point, repeat_index)
-        if rank == 0:
-            inflight.write_text(mid)
-        outcome = _measure(point, device, spec)
-        gathered = [None] * world if rank == 0 else None
-        dist.gather_object(outcome, gathered, dst=0)
-        if rank == 0:
-            result = combine_ranks(point, dict(enumerate(gathered)), world, spec.deadline_s, 0.0)
-            counts[result.status] += 1
-            store.append(
-                build_row(
-                    point,
-                    result,
-                    measurement_id=mid,
-                    sweep_id=spec.name,
-                    fingerprint_id=None,
-                    host=socket.gethostname(),
-                    ref_time_s=None,
-                    repeat_group=group,
-                    repeat_index=repeat_index,
-                    is_reference=False,
-                )
-            )
-            inflight.unlink()
-            print(f"[{len(shared[0])}] {mid}: {result.status} {result.iter_time_s}", flush=True)
-    if rank == 0:
-        store.compact()
+    job = _Job(
+        spec, ResultStore(Path(out_dir) / f"{spec.name}.parquet"), device, dist.get_rank(), dist.get_world_size()
+    )
+    if job.rank == 0:
+        _record_crashed_plan(job.store, job.inflight, spec)
+    if spec.sampler == "active":
+        job.run_active(surrogate, limit)
+    else:
+        job.run_scheduled(limit)
+    if job.rank == 0:
+        job.store.compact()
     dist.destroy_process_group()
-    return counts if rank == 0 else None
+    return job.counts if job.rank == 0 else None
+
+
+@dataclass
+class _Job:
+    """One rank's part of a sweep under torchrun: every rank measures each plan, rank 0 stores its row."""
+
+    spec: SweepSpec
+    store: ResultStore
+    device: torch.device
+    rank: int
+    world: int
+    counts: dict = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "timeout": 0})
+
+    @property
+    def inflight(self) -> Path:
+        return self.store.parquet_path.with_suffix(".inflight")
+
+    def run_scheduled(self, limit: int | None) -> None:
+        todo = None
+        if self.rank == 0:
+            df = self.store.load()
+            # Errors count as done here: a plan that killed the job would kill it again.
+            done = set(df["measurement_id"]) if len(df) else set()
+            todo = [
+                m
+                for m in schedule_measurements(self.spec)
+                if m[0].cluster.world_size == self.world and measurement_id(m[0], m[1]) not in done
+            ][:limit]
+        todo = self._from_rank0(todo)
+        for point, repeat_index, group in todo:
+            self.measure(point, f"[{len(todo)}]", repeat_index, repeat_group=group)
+
+    def run_active(self, surrogate: Callable[[str], Surrogate] | None, limit: int | None) -> None:
+        loop = None
+        if self.rank == 0:
+            if surrogate is None:
+                raise ValueError("sampler: active needs a surrogate: run it with `python -m gnn.acquire SWEEP.yaml`")
+            mine = [p for p in all_points(self.spec) if p.cluster.world_size == self.world]
+            loop = ActiveLoop(self.spec, mine, surrogate(self.spec.device_kind), self.store.load().to_dict("records"))
+        measured = 0
+        while limit is None or measured < limit:
+            batch = self._from_rank0(loop.next_batch() if loop else None)
+            if not batch:
+                break
+            for point, role in batch[: None if limit is None else limit - measured]:
+                row = self.measure(point, f"[{loop.spent_hours:.3f} h]" if loop else "", active_role=role)
+                if loop:
+                    loop.add(row)
+                measured += 1
+        if loop:
+            print(f"{self.spec.name}: stopped, {loop.stopped_by or 'at the limit'}", flush=True)
+
+    def _from_rank0(self, value):
+        shared = [value]
+        dist.broadcast_object_list(shared, src=0)
+        return shared[0]
+
+    def measure(self, point: RunSpec, progress: str, repeat_index: int = 0, **extra) -> dict | None:
+        """Measure one plan on every rank; rank 0 stores and returns its row."""
+        mid = measurement_id(point, repeat_index)
+        if self.rank == 0:
+            self.inflight.write_text(mid)
+        start = time.perf_counter()
+        outcome = _measure(point, self.device, self.spec)
+        gathered = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(outcome, gathered, dst=0)
+        if self.rank != 0:
+            return None
+        wall_s = time.perf_counter() - start
+        result = combine_ranks(point, dict(enumerate(gathered)), self.world, self.spec.deadline_s, wall_s)
+        self.counts[result.status] += 1
+        row = build_row(
+            point, result, measurement_id=mid, sweep_id=self.spec.name, fingerprint_id=None,
+            host=socket.gethostname(), ref_time_s=None, is_reference=False, repeat_index=repeat_index,
+            **{"repeat_group": None, **extra},
+        )  # fmt: skip
+        self.store.append(row)
+        self.inflight.unlink()
+        print(f"{progress} {mid}: {result.status} {result.iter_time_s}", flush=True)
+        return row
 
 
 def _measure(point, device: torch.device, spec: SweepSpec) -> RankOutcome:
@@ -111,6 +166,7 @@ def _record_crashed_plan(store: ResultStore, inflight: Path, spec: SweepSpec) ->
     store.append(
         {
             "measurement_id": mid,
+            "run_id": mid.rsplit("-r", 1)[0],  # so that an active sweep does not choose it again
             "sweep_id": spec.name,
             "status": "error",
             "is_reference": False,

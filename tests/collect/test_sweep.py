@@ -1,9 +1,21 @@
 from collections import Counter
 
+import numpy as np
 import pytest
+import yaml
 
+from collect.__main__ import main as collect_main
+from collect.active import ActiveLoop
 from collect.schema import RunSpec
-from collect.sweep import SweepSpec, layouts, measurement_id, sample_points, schedule_measurements, valid_points
+from collect.sweep import (
+    SweepSpec,
+    all_points,
+    layouts,
+    measurement_id,
+    sample_points,
+    schedule_measurements,
+    valid_points,
+)
 
 SHAPES = [
     {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256},
@@ -80,3 +92,92 @@ def test_schedule_is_deterministic():
 def test_bad_sweep_field_is_named():
     with pytest.raises(ValueError, match="sampler"):
         _spec(sampler="sobolish")
+
+
+# --- the active sampler's loop (collect.active.ActiveLoop) on a tiny pool, with a stub that reveals labels ---
+
+ACTIVE = {"sampler": "active", "world_sizes": [1, 2], "check_runs": 6, "seed_runs": 4, "batch_size": 3}
+
+
+def _true_time(p: RunSpec) -> float:
+    w = p.workload
+    return 1e-6 * w.layers * w.hidden * w.micro_batch_size * p.plan.num_microbatches / p.plan.dp + 1e-3 * p.plan.pp
+
+
+class _Stub:
+    """A surrogate that predicts the truth scaled by ``bias`` (spread: larger for larger plans); it records what it
+    was fitted on."""
+
+    def __init__(self, bias: float = 1.5):
+        self.bias, self.fitted_on = bias, []
+
+    def fit(self, points, log_times):
+        assert len(points) == len(log_times)
+        self.fitted_on.append({p.run_id for p in points})
+
+    def predict(self, points):
+        t = np.array([_true_time(p) for p in points])
+        return np.log(self.bias * t), np.log1p(t * 1e3)
+
+
+def _measure(point: RunSpec) -> dict:
+    """What the sweep stores, as far as the loop reads it: one minute of wall time per device."""
+    return {"run_id": point.run_id, "world_size": point.cluster.world_size, "wall_s": 60.0,
+            "iter_time_s": _true_time(point), "status": "ok", "is_reference": False}  # fmt: skip
+
+
+def _drive(loop: ActiveLoop, max_plans: int | None = None) -> list[tuple[str, str]]:
+    measured = []
+    while batch := loop.next_batch():
+        for point, role in batch:
+            if max_plans is not None and len(measured) == max_plans:
+                return measured
+            loop.add(_measure(point))
+            measured.append((point.run_id, role))
+    return measured
+
+
+def test_active_loop_measures_check_then_seed_then_chosen_batches_within_the_budget():
+    spec = _spec(**ACTIVE, budget_runs=13)
+    stub = _Stub()
+    loop = ActiveLoop(spec, all_points(spec), stub)
+    measured = _drive(loop)
+    roles = [role for _, role in measured]
+    assert roles == ["check"] * 6 + ["seed"] * 4 + ["acquired"] * 9  # budget 13 = 4 seed + 3 batches of 3
+    assert len({run_id for run_id, _ in measured}) == len(measured)  # nothing measured twice
+    assert loop.runs == 13 and "budget" in loop.stopped_by
+    assert all(not (fitted & loop.check_ids) for fitted in stub.fitted_on)  # the check set is never learned from
+    assert loop.check_mape == pytest.approx(0.5)  # the stub's bias, read on the check set
+
+
+def test_active_loop_stops_at_the_device_hour_budget_and_at_the_target():
+    spec = _spec(**ACTIVE, budget_device_hours=0.5)
+    loop = ActiveLoop(spec, all_points(spec), _Stub())
+    _drive(loop)
+    # each plan costs world_size minutes; the loop stops once 30 device-minutes are spent, not long after
+    assert 0.5 <= loop.spent_hours <= 0.5 + 3 * 2 / 60
+    perfect = ActiveLoop(_spec(**ACTIVE, budget_runs=100, target_mape=0.05), all_points(spec), _Stub(bias=1.0))
+    measured = _drive(perfect)
+    assert len(measured) == 10 and "target" in perfect.stopped_by  # check and seed, then the first fit is enough
+
+
+def test_active_loop_resumes_from_its_rows_without_measuring_a_plan_twice():
+    spec = _spec(**ACTIVE, budget_runs=13)
+    first = ActiveLoop(spec, all_points(spec), _Stub())
+    done = _drive(first, max_plans=12)  # stopped mid-batch
+    rows = [_measure(next(p for p in all_points(spec) if p.run_id == run_id)) for run_id, _ in done]
+    resumed = ActiveLoop(spec, all_points(spec), _Stub(), rows)
+    more = _drive(resumed)
+    assert {r for r, _ in done}.isdisjoint(r for r, _ in more)
+    assert resumed.runs == 13 and len(done) + len(more) == 19
+    assert resumed.finished and not ActiveLoop(spec, all_points(spec), None, rows).finished
+
+
+def test_active_sampler_needs_a_budget_and_cannot_run_under_collect_alone(tmp_path, capsys):
+    with pytest.raises(ValueError, match="budget_device_hours or budget_runs"):
+        _spec(sampler="active")
+    path = tmp_path / "active.yaml"
+    path.write_text(yaml.safe_dump({"name": "a", "shapes": SHAPES, **ACTIVE, "budget_runs": 4}))
+    with pytest.raises(SystemExit) as exit_:
+        collect_main(["sweep", str(path)])
+    assert exit_.value.code == 2 and "python -m gnn.acquire" in capsys.readouterr().err

@@ -31,12 +31,12 @@ SWEEP = {
 }
 
 
-def _start(tmp_path: Path, sweep_path: Path) -> subprocess.Popen:
+def _start(tmp_path: Path, sweep_path: Path, command=("collect", "sweep")) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
-        "collect",
-        "sweep",
+        command[0],
+        *command[1:],
         str(sweep_path),
         "--out",
         str(tmp_path / "runs"),
@@ -74,6 +74,30 @@ def test_killed_sweep_resumes_without_duplicates_or_losses(tmp_path):
     assert set(partial.measurement_id) <= set(df.measurement_id)  # nothing measured before the kill is lost
     assert (tmp_path / "runs" / "resume-test.sweep.json").exists()
     assert len(list((tmp_path / "hw").glob("*.json"))) == 2  # one fingerprint per session
+
+
+def test_stopped_active_sweep_resumes_and_keeps_to_its_budget(tmp_path):
+    active = {**SWEEP, "name": "active-test", "sampler": "active", "budget_runs": 6, "check_runs": 4,
+              "seed_runs": 2, "batch_size": 2, "num_microbatches": [1, 2, 4]}  # fmt: skip
+    sweep_path = tmp_path / "sweep.yaml"
+    sweep_path.write_text(yaml.safe_dump(active))
+    store = ResultStore(tmp_path / "runs" / "active-test.parquet")
+    first = _start(tmp_path, sweep_path, ("gnn.acquire", "--limit", "5"))  # stops inside the seed set
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out.decode()[-2000:]
+    partial = store.load()
+    assert len(partial[~partial.is_reference.astype(bool)]) == 5
+
+    resumed = _start(tmp_path, sweep_path, ("gnn.acquire",))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out.decode()[-2000:]
+    assert b"resuming:" in out and b"the budget is spent" in out
+
+    df = store.load()
+    plans = df[~df.is_reference.astype(bool)]
+    assert plans.run_id.is_unique and set(partial.measurement_id) <= set(df.measurement_id)
+    assert plans.active_role.value_counts().to_dict() == {"check": 4, "acquired": 4, "seed": 2}
+    assert (plans.status == "ok").all()
 
 
 def test_a_second_sweep_on_the_same_output_is_refused(tmp_path):

@@ -22,7 +22,7 @@ SWEEP = {
 }
 
 
-def _torchrun(tmp_path, extra=()):
+def _torchrun(tmp_path, extra=(), command=("collect", "sweep")):
     cmd = [
         sys.executable,
         "-m",
@@ -30,8 +30,7 @@ def _torchrun(tmp_path, extra=()):
         "--nproc_per_node",
         "2",
         "-m",
-        "collect",
-        "sweep",
+        *command,
         str(tmp_path / "sweep.yaml"),
         "--out",
         str(tmp_path / "runs"),
@@ -55,3 +54,16 @@ def test_sweep_under_torchrun_measures_its_world_size_and_resumes(tmp_path):
     assert len(plans) == 3 and (plans.world_size == 2).all() and (plans.status == "ok").all()
     assert df.set_index("measurement_id").loc["deadbeef-r0", "status"] == "error"
     assert "torchrun-test: {'ok': 1" in second.stdout
+
+
+def test_active_sweep_under_torchrun_rank0_chooses_every_rank_measures(tmp_path):
+    active = {**SWEEP, "name": "torchrun-active", "sampler": "active", "budget_runs": 4, "check_runs": 2,
+              "seed_runs": 2, "batch_size": 2, "num_microbatches": [1, 2, 4], "micro_batch_sizes": [1, 2]}  # fmt: skip
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(active))
+    # no fingerprint under torchrun: plans are priced on a preset (on a GPU cluster, the sweep's device_kind)
+    run = _torchrun(tmp_path, ["--hardware-name", "a100-80gb"], command=("gnn.acquire",))
+    assert run.returncode == 0, run.stderr[-2000:]
+    df = ResultStore(tmp_path / "runs" / "torchrun-active.parquet").load()
+    assert df.run_id.is_unique and (df.world_size == 2).all() and (df.status == "ok").all()
+    assert df.active_role.value_counts().to_dict() == {"check": 2, "seed": 2, "acquired": 2}
+    assert (df.wall_s > 0).all() and "the budget is spent" in run.stdout
