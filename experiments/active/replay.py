@@ -1,6 +1,6 @@
 """How many device-hours each collection strategy needs to reach an accuracy: a simulation over measured pools.
 
-    python -m experiments.active_collection [--seeds 5] [--rounds 12] [--batch 16]
+    python -m experiments.active.replay [--seeds 5] [--rounds 12] [--batch 16]
 
 Every plan of a pool is already measured; the labels are hidden and a strategy "measures" a batch by revealing
 it, paying its device-hours (collect.active.device_hours). After each batch the surrogate is refitted on what
@@ -8,10 +8,10 @@ has been revealed and scored (time MAPE) on a fixed test set of the pool (15% by
 Strategies: collect.active's random, uncertainty and active. Every strategy starts from the same random seed
 batch; random then measures ``rounds`` more batches, and the others measure until they have spent as much.
 
-The surrogate, for speed (5 seeds x 3 strategies x 3 pools of refits on 2 cores): an ensemble of gradient-
-boosted trees on the graph dataset's plan features that corrects the physics simulator's time (log measured -
-log simulated), each member on a bootstrap of the revealed rows; its spread is the members' standard deviation.
-The GNN exposes the same mean and spread. Costs: the CPU pool's wall time of each measurement as recorded
+The surrogate is the one an active sweep uses (gnn.acquire.ResidualTrees: gradient-boosted trees on the plan
+features correcting the physics simulator's log time, each member on a bootstrap of the revealed rows; spread =
+the members' standard deviation), here on the graph dataset's precomputed features.
+Costs: the CPU pool's wall time of each measurement as recorded
 (build, memory window, timed steps); the GPU pools' are estimated, as their sources give no wall time:
 ASSUMED_STARTUP_S of launch and start-up plus the collector's 1 warm-up and 5 timed steps.
 
@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from collect import REPO
 from collect.active import STRATEGIES, device_hours, select_batch
+from gnn.acquire import ResidualTrees
 from gnn.dataset.graphs import PlanGraphs
 from gnn.dataset.splits import random_test
 from gnn.predictors.base import PLAN_FEATURES_PREFIX
@@ -38,7 +39,7 @@ from gnn.predictors.base import PLAN_FEATURES_PREFIX
 ASSUMED_STARTUP_S = 120.0  # an assumption: torchrun, NCCL communicators and the model built on a GPU node
 STEPS = 6  # the collector's protocol: 1 warm-up and 5 timed steps
 POOLS = {"h100": "playbook-h100", "a100": "vtrain-a100-single", "cpu": "cpu-v3"}
-MEMBERS = 4
+COLORS = {"random": "C0", "uncertainty": "C1", "active": "C2"}
 GRID = 40  # device-hour points the curves are compared on
 
 
@@ -56,7 +57,7 @@ def pool_rows(meta: pd.DataFrame, sweep: str) -> pd.DataFrame:
 
 
 class Surrogate:
-    """Bootstrap ensemble of trees correcting the simulator's log time."""
+    """gnn.acquire's ensemble on the pool's precomputed features: the simulator's log time, corrected."""
 
     def __init__(self, rows: pd.DataFrame):
         cols = sorted(c for c in rows.columns if c.startswith(PLAN_FEATURES_PREFIX))
@@ -66,17 +67,8 @@ class Surrogate:
 
     def fit_predict(self, known: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(mean, spread) of the predicted log time of every row, from models fitted on the ``known`` rows."""
-        # lazy: only fits need sklearn (~1.4 s to import)
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
-        preds = []
-        for m in range(MEMBERS):
-            sample = rng.choice(known, size=len(known), replace=True)
-            model = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, min_samples_leaf=5, random_state=m)
-            model.fit(self.x[sample], self.y[sample])
-            preds.append(model.predict(self.x))
-        preds = np.array(preds)
-        return self.base + preds.mean(0), preds.std(0)
+        mean, spread = ResidualTrees().fit(self.x[known], self.y[known], rng).predict(self.x)
+        return self.base + mean, spread
 
 
 def run(rows: pd.DataFrame, strategy: str, seed: int, batch: int, budget_h: float | None, rounds: int):
@@ -109,6 +101,14 @@ def on_grid(curve: list[tuple[float, float]], grid: np.ndarray) -> np.ndarray:
     return np.where(at >= 0, mape[np.maximum(at, 0)], np.nan)
 
 
+def mean_std(stack: np.ndarray) -> tuple[list[float], list[float]]:
+    """Mean and spread over runs at each grid point, NaN where no run had a value yet (without numpy's warning)."""
+    seen = np.isfinite(stack).any(0)
+    mean, std = np.full(stack.shape[1], np.nan), np.full(stack.shape[1], np.nan)
+    mean[seen], std[seen] = np.nanmean(stack[:, seen], 0), np.nanstd(stack[:, seen], 0)
+    return mean.tolist(), std.tolist()
+
+
 def hours_to_reach(grid: np.ndarray, mape: np.ndarray, target: float) -> float | None:
     reached = np.flatnonzero(mape <= target)
     return float(grid[reached[0]]) if len(reached) else None
@@ -125,9 +125,8 @@ def evaluate_pool(rows: pd.DataFrame, seeds: int, batch: int, rounds: int) -> di
     grid = np.linspace(0, top, GRID + 1)[1:]
     out = {}
     for strategy, runs in curves.items():
-        stack = np.array([on_grid(c, grid) for c in runs])
-        out[strategy] = {"device_hours": grid.tolist(), "mape": np.nanmean(stack, 0).tolist(),
-                         "mape_std": np.nanstd(stack, 0).tolist()}  # fmt: skip
+        mean, std = mean_std(np.array([on_grid(c, grid) for c in runs]))
+        out[strategy] = {"device_hours": grid.tolist(), "mape": mean, "mape_std": std}
     final = out["random"]["mape"][-1]
     for strategy in out:
         out[strategy]["hours_to_random_final"] = hours_to_reach(grid, np.array(out[strategy]["mape"]), final)
@@ -145,9 +144,10 @@ def plot(results: dict, path: Path) -> None:
     for ax, (pool, by_strategy) in zip(np.atleast_1d(axes), results.items()):
         for strategy, r in by_strategy.items():
             h, m, s = (np.array(r[k]) for k in ("device_hours", "mape", "mape_std"))
-            ax.plot(h, 100 * m, label=strategy)
-            ax.fill_between(h, 100 * (m - s), 100 * (m + s), alpha=0.2)
-        ax.set(title=f"{pool} pool", xlabel="device-hours spent", ylabel="test time MAPE %")
+            ax.plot(h, 100 * m, label=strategy, color=COLORS[strategy])
+            ax.fill_between(h, 100 * (m - s), 100 * (m + s), alpha=0.2, color=COLORS[strategy])
+        title = "cpu, two real sweeps" if pool == "cpu-real" else f"{pool} pool (replayed)"
+        ax.set(title=title, xlabel="device-hours spent", ylabel="test time MAPE %")
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from collect.active import device_hours, may_be_fastest, select_batch
-from experiments.active_collection import hours_to_reach, on_grid, run
+from experiments.active.replay import hours_to_reach, on_grid, run
 
 
 def test_device_hours_count_every_device_for_start_up_and_steps():
