@@ -32,7 +32,7 @@ TOP_WEIGHT = 2.0  # how much more a plan that may be its group's fastest counts
 GROUP_DISCOUNT = 0.5  # a batch's second pick from one group scores half, the third a quarter, ...
 
 
-def device_hours(devices: np.ndarray, step_s: np.ndarray, startup_s: float, steps: int) -> np.ndarray:
+def device_hours(devices: np.ndarray, step_s: np.ndarray, startup_s: float | np.ndarray, steps: int) -> np.ndarray:
     """What measuring each plan costs: its devices for start-up plus ``steps`` steps of ``step_s`` seconds."""
     return np.asarray(devices, float) * (startup_s + steps * np.asarray(step_s, float)) / 3600.0
 
@@ -200,8 +200,9 @@ class ActiveLoop:
         steps = m.memory_window_iters + m.warmup_iters + m.timed_iters
         devices = np.array([p.cluster.world_size for p in points])
         overhead = {ws: self._overhead_s(ws, steps) for ws in set(devices.tolist())}
-        step_s = np.exp(np.asarray(log_time, float))
-        return device_hours(devices, step_s, 0.0, steps) + devices * np.array([overhead[d] for d in devices]) / 3600
+        return device_hours(
+            devices, np.exp(np.asarray(log_time, float)), np.array([overhead[d] for d in devices]), steps
+        )
 
     def _overhead_s(self, world_size: int, steps: int) -> float:
         """Median wall time a measurement took beyond its steps (start-up, model build): on this many devices,

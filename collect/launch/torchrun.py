@@ -51,6 +51,8 @@ def run_under_torchrun(
 ) -> dict | None:
     """Returns the status counts on rank 0, None on the other ranks. ``surrogate``: for active sweeps, makes the
     model that chooses plans, given the hardware's name (the sweep's device_kind: a preset such as h100-80gb)."""
+    if spec.sampler == "active" and surrogate is None:  # on every rank, before any waits for another
+        raise ValueError("sampler: active needs a surrogate: run it with `python -m gnn.acquire SWEEP.yaml`")
     device = _device()
     dist.init_process_group(
         "nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=spec.deadline_s)
@@ -100,11 +102,9 @@ class _Job:
         for point, repeat_index, group in todo:
             self.measure(point, f"[{len(todo)}]", repeat_index, repeat_group=group)
 
-    def run_active(self, surrogate: Callable[[str], Surrogate] | None, limit: int | None) -> None:
+    def run_active(self, surrogate: Callable[[str], Surrogate], limit: int | None) -> None:
         loop = None
         if self.rank == 0:
-            if surrogate is None:
-                raise ValueError("sampler: active needs a surrogate: run it with `python -m gnn.acquire SWEEP.yaml`")
             mine = [p for p in all_points(self.spec) if p.cluster.world_size == self.world]
             loop = ActiveLoop(self.spec, mine, surrogate(self.spec.device_kind), self.store.load().to_dict("records"))
         measured = 0

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from collect.published.playbook import first_reason
+from collect.published.playbook import first_reason, save
 from collect.schema import RunSpec
 
 TABLES = ("nemo_24.07_perf_summary_h100.csv", "megatron_bridge_perf_summary_dense.csv")
@@ -159,10 +159,7 @@ def main() -> None:
     parser.add_argument("--out", default="data/runs/published-h100.parquet")
     args = parser.parse_args()
     df, reasons = convert(Path(args.src_dir))
-    df.to_parquet(args.out, compression="zstd", index=False)
-    print(f"{args.out}: {len(df)} configurations")
-    for reason, n in reasons.most_common():
-        print(f"  not expressible ({n}): {reason}")
+    save(df, reasons, args.out, f"{len(df)} configurations")
 
 
 if __name__ == "__main__":

@@ -115,8 +115,18 @@ def main() -> None:
     parser.add_argument("--out", default="data/runs/playbook-h100.parquet")
     args = parser.parse_args()
     df, reasons = convert(args.src)
-    df.to_parquet(args.out, compression="zstd", index=False)
-    print(f"{args.out}: {len(df)} rows ({(df.status == 'ok').sum()} ok, {(df.status == 'failed').sum()} failed)")
+    save(
+        df,
+        reasons,
+        args.out,
+        f"{len(df)} rows ({(df.status == 'ok').sum()} ok, {(df.status == 'failed').sum()} failed)",
+    )
+
+
+def save(df: pd.DataFrame, reasons: Counter, out: str, summary: str) -> None:
+    """Write a converted source's rows and say what they hold and what could not be expressed, most common first."""
+    df.to_parquet(out, compression="zstd", index=False)
+    print(f"{out}: {summary}")
     for reason, n in reasons.most_common():
         print(f"  not expressible ({n}): {reason}")
 
