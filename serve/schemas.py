@@ -185,8 +185,9 @@ class SearchRequest(_Request):
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""
     framework: Framework = "torch"
-    """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps)
-    change the memory each plan needs. torch is the local collector's; megatron covers NeMo too."""
+    """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps, how
+    sequence parallelism saves inputs, fp32 master weights and gradients) change the memory each plan needs
+    (collect.schema.framework_conventions). torch is the local collector's; megatron covers NeMo too."""
 
     @model_validator(mode="after")
     def _check(self) -> "SearchRequest":

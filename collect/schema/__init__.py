@@ -18,10 +18,11 @@ from collect.schema.choices import (
     Sharding,
     framework_conventions,
 )
-from collect.schema.plan import Cluster, Plan
+from collect.schema.plan import CONVENTIONS, Cluster, Plan
 from collect.schema.workload import Workload
 
 __all__ = [
+    "CONVENTIONS",
     "DTYPE_BYTES",
     "FAMILIES",
     "FLOAT8_SCALINGS",

@@ -69,6 +69,11 @@ def plan_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
             f"workload.micro_batch_size ({w.micro_batch_size}) * plan.num_microbatches "
             f"({p.num_microbatches}) = {samples}"
         )
+    half = [f"plan.{k}" for k in ("fp32_master_weights", "fp32_grads") if getattr(p, k)]
+    if half and w.dtype not in ("bfloat16", "float16"):
+        problems.append(f"{' and '.join(half)} need a 2-byte workload.dtype (bfloat16 or float16), not {w.dtype!r}")
+    if p.sequence_parallel_regather and not p.sequence_parallel:
+        problems.append("plan.sequence_parallel_regather needs plan.sequence_parallel")
     if w.dtype == "float16" and c.device == "cpu":
         problems.append("workload.dtype 'float16' is not supported for training on device 'cpu'; use bfloat16")
     return problems
@@ -230,6 +235,14 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     if p.loss_parallel and p.tp_enabled:
         problems.append(
             f"plan.loss_parallel with plan.tp ({p.tp}) is predicted only: the collector's head gathers whole logits"
+        )
+    kept = [f"plan.{k}" for k in ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads") if getattr(p, k)]
+    kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
+    if kept:
+        problems.append(
+            f"{', '.join(kept)}: predicted only, the collector runs torch's conventions (DTensor saves gathered "
+            "inputs; pipelining holds its buffers per micro-batch; weights, gradients and their reduction stay in "
+            "the workload's dtype)"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(

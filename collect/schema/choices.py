@@ -23,13 +23,29 @@ FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def framework_conventions(framework: str, tp: int) -> dict[str, bool]:
-    """The plan's convention fields (collect.schema.plan) as a framework sets them by default. torch: the local
-    collector's (whole logits on every tp rank, the pipeline keeps its outputs). Megatron (and NeMo, which runs it)
-    and Nanotron: vocabulary-parallel cross entropy, and only the loss kept by the pipeline. torchtitan: its loss
-    parallelism (on unless disabled, with tp) and torch's pipeline schedule, which keeps the outputs."""
-    sharded_loss = tp > 1 and framework != "torch"
-    return {"loss_parallel": sharded_loss, "pipeline_keeps_outputs": framework in ("torch", "torchtitan")}
+def framework_conventions(
+    framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32"
+) -> dict[str, bool]:
+    """The plan's convention fields (collect.schema.plan) as a framework sets them by default.
+
+    torch: the local collector's (whole logits on every tp rank, the pipeline keeps its outputs and buffers,
+    DTensor's sequence parallelism saves gathered inputs, weights and gradients in the workload's dtype).
+    Megatron (and NeMo, which runs it) and Nanotron: vocabulary-parallel cross entropy, only the loss kept by the
+    pipeline, whose buffers live only while used, sequence-parallel inputs gathered again in backward, and in a
+    2-byte dtype fp32 master weights and gradients (Megatron's arguments turn on fp32 gradient accumulation for
+    bf16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan: loss parallelism (on unless disabled,
+    with tp), torch's pipeline schedule and DTensor's sequence parallelism, FSDP2's mixed precision (fp32 sharded
+    parameters, fp32 gradient reduction)."""
+    torch = framework == "torch"
+    half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
+    return {
+        "loss_parallel": tp > 1 and not torch,
+        "pipeline_keeps_outputs": framework in ("torch", "torchtitan"),
+        "pipeline_holds_buffers": framework in ("torch", "torchtitan"),
+        "sequence_parallel_regather": sequence_parallel and framework in ("megatron", "nanotron"),
+        "fp32_master_weights": half,
+        "fp32_grads": half,
+    }
 
 
 class Strict(BaseModel):

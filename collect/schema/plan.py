@@ -8,8 +8,17 @@ from pydantic import Field, model_validator
 
 from collect.schema.choices import PipelineSchedule, Recompute, Sharding, Strict
 
+# the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
+CONVENTIONS = (
+    "loss_parallel",
+    "pipeline_keeps_outputs",
+    "pipeline_holds_buffers",
+    "sequence_parallel_regather",
+    "fp32_master_weights",
+    "fp32_grads",
+)
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
-LATER_FIELDS = ("cp", "ep", "float8_all_gather", "loss_parallel", "pipeline_keeps_outputs")
+LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
 
 
 class Plan(Strict):
@@ -53,6 +62,22 @@ class Plan(Strict):
     """With pp: the last stage keeps every micro-batch's output until the step ends (torch.distributed.pipelining
     returning the merged outputs, the collector's default). False: only the loss is kept (Megatron, Nanotron;
     torch's schedule.step(return_outputs=False))."""
+    pipeline_holds_buffers: bool = True
+    """With pp: each micro-batch's receive buffer, and the gradients passed back for it, are held until the step
+    ends (torch.distributed.pipelining allocates them per micro-batch: the collector's, torchtitan's). False: they
+    live only while used (Megatron's and Nanotron's point-to-point sends)."""
+    sequence_parallel_regather: bool = False
+    """With sequence_parallel: backward gathers each column-parallel linear's input again, so only its sequence
+    shard is kept (Megatron, Nanotron). False: the gathered input is saved whole for backward (torch's DTensor
+    SequenceParallel, the collector's and torchtitan's)."""
+    fp32_master_weights: bool = False
+    """With a 2-byte dtype: the optimizer updates an fp32 copy of the weights, sharded as its state is (Megatron's
+    and Nanotron's mixed precision; under FSDP the fp32 shard is the parameter, as torchtitan's mixed-precision
+    policy keeps it). False: the optimizer steps the weights in their own dtype (the collector's)."""
+    fp32_grads: bool = False
+    """With a 2-byte dtype: gradients accumulate and are reduced in fp32 buffers, whole on every data rank unless
+    FSDP shards them (Megatron's main_grad with bf16, Nanotron's accumulate_grad_in_fp32, FSDP's fp32
+    reduce_dtype). False: gradients are kept and reduced in the weights' dtype (the collector's)."""
 
     @model_validator(mode="before")
     @classmethod

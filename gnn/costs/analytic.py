@@ -22,6 +22,7 @@ from collect.schema import DTYPE_BYTES, Plan, Workload
 from gnn.costs.layers import layer_shape
 
 ADAM_STATE_BYTES = 8  # two fp32 moments per parameter
+FP32_BYTES = 4  # an fp32 master weight or gradient
 
 
 @dataclass(frozen=True)
@@ -117,22 +118,32 @@ def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
     return max(sizes) / (plan.data_ranks if plan.fsdp_enabled else 1)
 
 
+def grad_bytes(w: Workload, plan: Plan) -> int:
+    """Bytes of one gradient element, as kept and reduced: fp32 under plan.fp32_grads, else the weights' dtype."""
+    return FP32_BYTES if plan.fp32_grads else dtype_bytes(w)
+
+
 def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     """Resident parameter, gradient, optimizer and gradient-bucket bytes on one rank for ``params`` parameters.
 
     DDP (sharding none and zero1 with dp > 1) flattens gradients into its reducer's buckets, allocated when it
     wraps the model: one more copy of the gradients for the whole run (measured on gloo ranks: 13.7 MB of
-    buckets for 13.7 MB of fp32 parameters).
+    buckets for 13.7 MB of fp32 parameters); Nanotron wraps its bf16 model in torch's DDP too. fp32 master weights
+    are optimizer state (sharded with it); fp32 gradients replace the weights' own (Megatron's main_grad,
+    Nanotron's accumulator, which frees each bf16 .grad once added), whole under zero1 (both keep every gradient
+    to accumulate micro-batches before the reduce-scatter). Under FSDP with fp32 master weights the fp32 shard is
+    the parameter and the 2-byte copy exists only gathered (FSDP2's mixed precision), so no 2-byte shard is kept.
     """
     db = dtype_bytes(w)
     fsdp = plan.fsdp_enabled
     shard = plan.data_ranks if fsdp else 1
     opt_shard = plan.data_ranks if plan.sharding != "none" else 1
     ddp = plan.data_ranks > 1 and not fsdp
+    master = FP32_BYTES if plan.fp32_master_weights else 0
     return {
-        "param": params * db / shard,
-        "grad": params * db / shard,
-        "optimizer": params * ADAM_STATE_BYTES / opt_shard,
+        "param": 0.0 if fsdp and master else params * db / shard,
+        "grad": params * grad_bytes(w, plan) / shard,
+        "optimizer": params * (ADAM_STATE_BYTES + master) / opt_shard,
         "ddp_buckets": params * db if ddp else 0.0,
     }
 

@@ -9,9 +9,10 @@ Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalve
   and the shared ones, each a SwiGLU of expert_ffn_hidden; under expert parallelism the busiest rank computes
   expert_imbalance times the mean.
 Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
-tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores): the norm input and
-output (4d), q, k, v and the attention output (2(2q + 2kv)); SwiGLU's input and its w1, silu, w3 and product
-outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and its expert's output (4d).
+tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores): each norm's input
+and output (4d; sequence parallelism: _norm_bytes), q, k, v and the attention output (2(2q + 2kv)); SwiGLU's
+input and its w1, silu, w3 and product outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and
+its expert's output (4d).
 """
 
 from __future__ import annotations
@@ -61,9 +62,18 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         mlp = tuple((1 - moe) * a + moe * b for a, b in zip(mlp, moe_mlp))
         a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep
     mlp_flops, mlp_params, mlp_act = mlp
-    act = 8 * d + 2 * (2 * q + 2 * kv) / t + mlp_act  # norm input and output, q, k, v, attention output, MLP
+    act = _norm_bytes(d, plan) + 2 * (2 * q + 2 * kv) / t + mlp_act  # norms, q, k, v, attention output, MLP
     params = attn_params + mlp_params
     return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, gemm, a2a, ring)
+
+
+def _norm_bytes(d: int, plan: Plan) -> float:
+    """The two norms' inputs and outputs (8d). Sequence parallelism shards them over tp; torch's DTensor then saves
+    each norm's gathered output whole as the next linear's input (4d: with tp 2 the same 8d as without it), which
+    Megatron and Nanotron gather again in backward (plan.sequence_parallel_regather)."""
+    if not plan.sequence_parallel:
+        return 8 * d
+    return 8 * d / plan.tp + (0 if plan.sequence_parallel_regather else 4 * d)
 
 
 def _mlp(d: int, ffn: int, t: int) -> float:

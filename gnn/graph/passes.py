@@ -11,8 +11,8 @@ share one compiler, and so can the plans of a batch that differ only in those (`
 
 from __future__ import annotations
 
-from collect.schema import Cluster, Plan, Workload
-from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, saved_bytes_per_layer
+from collect.schema import CONVENTIONS, Cluster, Plan, Workload
+from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
 from gnn.costs.pricing import Pricing
 from gnn.graph.layout import stage_role, uneven_layers
@@ -42,8 +42,7 @@ _SHARED = ("templates",)  # the key, in a shared_compiler cache, of the template
 
 class PassCompiler:
     def __init__(self, w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, shared: dict | None = None):
-        """``shared``: templates shared with the other compilers of a batch, by what their rows depend on
-        (``template``, ``step``)."""
+        """``shared``: templates shared with the batch's other compilers, by what their rows read (template, step)."""
         self.w, self.plan, self.hw = w, plan, hw
         self.gloo = cluster.backend == "gloo"
         self.c: BlockCosts = block_costs(w, plan)
@@ -56,7 +55,8 @@ class PassCompiler:
         # variants and sharding (see template, step): looked up once here, as the key holds the workload and
         # cluster, whose hashes and comparisons are costly
         what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.tp, plan.pp, plan.virtual_stages, plan.recompute)
-        self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel), {})
+        conventions = tuple(getattr(plan, k) for k in CONVENTIONS)
+        self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel, *conventions), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool, int], float] = {}  # per stage role (layout.stage_role)
@@ -118,7 +118,7 @@ class PassCompiler:
             if kind == "mlp":
                 last = self._layer_comm(rows, last, stage, "forward", "ep_a2a")  # dispatch
             last = rows.add(last, kind, "forward", stage, count=L, flops=L * flops, alloc_bytes=L * saved / 2)
-            if stage > 0 and kind == "attn":
+            if stage > 0 and kind == "attn" and plan.pipeline_holds_buffers:
                 rows.hold(last, c.boundary_bytes)  # pipelining's receive buffer for this micro-batch's input
             last = self._layer_comm(rows, last, stage, "forward", _AFTER[kind])
             last = self._layer_comm(rows, last, stage, "forward", "tp_comm")
@@ -197,7 +197,8 @@ class PassCompiler:
         rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))
         # pipelining keeps, per micro-batch, the gradient received from the next stage and the one computed for
         # the previous stage's input (its receive buffer's .grad) until the iteration ends
-        rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
+        if plan.pipeline_holds_buffers:
+            rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
         if plan.fsdp_enabled and plan.data_ranks > 1 and not self.memory.pipelined_fsdp():
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
             units = self.memory.fsdp_units(stage)
@@ -207,7 +208,7 @@ class PassCompiler:
                 "backward",
                 stage,
                 count=units,
-                message_bytes=self.memory.stage_bytes(stage) / units,
+                message_bytes=self.memory.params(stage) * grad_bytes(self.w, plan) / units,
                 group=plan.data_ranks,
                 crosses_node=self.dp_cross,
                 transient_bytes=2 * self.memory.unit_bytes(stage),
@@ -229,7 +230,8 @@ class PassCompiler:
         stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places)."""
         plan = self.plan
         roles = tuple(self._role(s) for s in stages)
-        key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, self.stage_layers, self.dp_cross, roles)
+        key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, plan.fp32_grads, self.stage_layers, roles)
+        key += (self.dp_cross,)
         found = self._shared_steps.get(key)
         if found is None:
             found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages)

@@ -129,7 +129,7 @@ class Space:
             num_microbatches=self.global_batch_size // samples,
             sequence_parallel=sp,
             float8_all_gather=float8_all_gather,
-            **framework_conventions(self.framework, tp),
+            **framework_conventions(self.framework, tp, sp, w.dtype),
         )
         if limit_problems(p) or plan_problems(w, p, self.cluster):
             return None

@@ -1,0 +1,116 @@
+"""How a framework runs a plan (Plan's conventions) against memory computed by hand, on small cases."""
+
+import pytest
+
+from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems, framework_conventions
+from gnn.costs.analytic import block_costs, state_bytes
+from gnn.costs.hardware import hardware_model
+from gnn.sim.truncate import simulate_plan
+
+LLAMA = dict(family="llama", layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=256, seq_len=32)
+MIXED = dict(fp32_master_weights=True, fp32_grads=True)
+REGATHER = dict(sequence_parallel_regather=True)
+
+
+def _llama(**kw) -> Workload:
+    return Workload(**(LLAMA | dict(dtype="bfloat16", micro_batch_size=1, global_batch_size=4) | kw))
+
+
+def test_mixed_precision_state_per_parameter_by_hand():
+    """bf16 weights 2 bytes, fp32 gradients 4 (whole under ZeRO-1), fp32 master and two Adam moments 12 over dp,
+    DDP's bf16 buckets 2: Megatron's 6 + 12/dp per parameter with a distributed optimizer, plus Nanotron's DDP."""
+    w, n = _llama(), 1000.0
+    state = state_bytes(w, Plan(dp=4, sharding="zero1", num_microbatches=1, **MIXED), n)
+    assert state == {"param": 2 * n, "grad": 4 * n, "optimizer": 12 * n / 4, "ddp_buckets": 2 * n}
+    # the collector's convention: the optimizer steps the bf16 weights, gradients in bf16
+    assert state_bytes(w, Plan(dp=4, sharding="zero1", num_microbatches=1), n) == {
+        "param": 2 * n,
+        "grad": 2 * n,
+        "optimizer": 8 * n / 4,
+        "ddp_buckets": 2 * n,
+    }
+    # FSDP2's mixed precision: the fp32 shard is the parameter, no bf16 shard is kept; gradients sharded in fp32
+    fsdp = state_bytes(w, Plan(dp=4, sharding="fsdp_full", num_microbatches=1, **MIXED), n)
+    assert fsdp == {"param": 0.0, "grad": 4 * n / 4, "optimizer": 12 * n / 4, "ddp_buckets": 0.0}
+
+
+def test_sequence_parallel_norms_by_hand():
+    """The two norms' inputs and outputs, 8d bytes per token at bf16: replicated without sequence parallelism;
+    sharded with it, plus the 4d torch's DTensor saves gathered; sharded only where Megatron gathers again."""
+    w, d, tokens = _llama(), 64, 32
+
+    def act(**plan) -> float:
+        return block_costs(w, Plan(tp=4, **plan)).activation_bytes_per_layer
+
+    none, torch_sp, regather = act(), act(sequence_parallel=True), act(sequence_parallel=True, **REGATHER)
+    assert none - torch_sp == pytest.approx(tokens * (8 * d - (8 * d / 4 + 4 * d)))
+    assert torch_sp - regather == pytest.approx(tokens * 4 * d)
+
+
+def _pipeline_peak(microbatches: int, holds: bool) -> list[float]:
+    w = _llama(global_batch_size=microbatches)
+    plan = Plan(pp=2, num_microbatches=microbatches, pipeline_keeps_outputs=False, pipeline_holds_buffers=holds)
+    cluster = Cluster(devices_per_node=2, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**36)
+    _, sim = simulate_plan(w, plan, cluster, hardware_model("h100-80gb"), None)
+    return sim.peak_mem_per_rank
+
+
+def test_pipeline_buffers_grow_with_micro_batches_only_where_the_framework_holds_them():
+    """torch's pipelining holds a receive buffer and the gradients passed back for every micro-batch until the step
+    ends (the collector's rows measure it); Megatron's and Nanotron's sends free them: 1F1B's peak on the first
+    stage then no longer grows with the micro-batch count."""
+    boundary = block_costs(_llama(), Plan()).boundary_bytes  # one micro-batch's hidden state
+    held = [_pipeline_peak(n, True) for n in (4, 16)]
+    freed = [_pipeline_peak(n, False) for n in (4, 16)]
+    assert held[1][0] - held[0][0] == pytest.approx(12 * boundary)  # the gradient received per micro-batch
+    assert held[1][1] - held[0][1] == pytest.approx(24 * boundary)  # the receive buffer and its gradient
+    assert freed[1] == pytest.approx(freed[0])
+
+
+def test_a_batch_of_plans_that_differ_only_in_a_convention_is_priced_per_plan():
+    """Plans of a batch share pass compilers; a convention must be part of what they share on."""
+    w = _llama()
+    cluster = Cluster(devices_per_node=4, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**36)
+    hw, cache = hardware_model("h100-80gb"), {}
+    plans = [Plan(pp=2, num_microbatches=4, pipeline_holds_buffers=h, **MIXED, dp=2) for h in (True, False)]
+    shared = [simulate_plan(w, p, cluster, hw, cache)[1].peak_mem_bytes for p in plans]
+    alone = [simulate_plan(w, p, cluster, hw, None)[1].peak_mem_bytes for p in plans]
+    assert shared == alone and shared[0] > shared[1]
+
+
+def test_framework_conventions_and_what_the_collector_refuses():
+    megatron = framework_conventions("megatron", 4, True, "bfloat16")
+    assert megatron == {
+        "loss_parallel": True,
+        "pipeline_keeps_outputs": False,
+        "pipeline_holds_buffers": False,
+        "sequence_parallel_regather": True,
+        "fp32_master_weights": True,
+        "fp32_grads": True,
+    }
+    assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
+    torch = framework_conventions("torch", 4, True, "bfloat16")
+    assert not any(torch[k] for k in ("loss_parallel", "sequence_parallel_regather", "fp32_grads"))
+    assert torch["pipeline_holds_buffers"] and torch["pipeline_keeps_outputs"]
+    cluster = Cluster(devices_per_node=2, memory_bytes=2**34)
+    problems = collect_problems(_llama(global_batch_size=2), Plan(dp=2, **MIXED), cluster)
+    assert any("plan.fp32_master_weights, plan.fp32_grads: predicted only" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    "workload, plan, message",
+    [
+        (
+            dict(dtype="float32"),
+            MIXED,
+            "plan.fp32_master_weights and plan.fp32_grads need a 2-byte workload.dtype (bfloat16 or float16), "
+            "not 'float32'",
+        ),
+        ({}, dict(tp=2, **REGATHER), "plan.sequence_parallel_regather needs plan.sequence_parallel"),
+    ],
+)
+def test_conventions_a_plan_cannot_take_name_the_rule(workload, plan, message):
+    w = LLAMA | dict(dtype="bfloat16", micro_batch_size=1, global_batch_size=1) | workload
+    body = {"workload": w, "plan": plan, "cluster": {"devices_per_node": plan.get("tp", 1), "memory_bytes": 2**34}}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RunSpec.model_validate(body)
