@@ -12,7 +12,8 @@ What is filled in beyond the tables, and why:
   (ARCH below);
 - Megatron's conventions, which NeMo runs by default: the distributed optimizer (zero1) unless the row says
   Megatron-FSDP (fsdp_full), sequence parallelism with tp, vocabulary-parallel loss, a pipeline that keeps only the
-  loss, interleaved 1F1B where the row prints VP;
+  loss and frees its buffers, fp32 master weights and gradients (NeMo's bf16_mixed: grad_reduce_in_fp32=True),
+  interleaved 1F1B where the row prints VP;
 - FP8 ("FP8", "FP8-CS": per-tensor scaling) as float8 tensorwise; recompute is not printed (left empty).
 Left out, counted with the reason: other GPUs (no preset here), fine-tuning (SFT, LoRA), precisions the schema has
 no name for, rows without a printed precision, and models no family expresses (Nemotron: GQA with a squared-ReLU
@@ -28,12 +29,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from collect.published.playbook import first_reason, save
-from collect.schema import RunSpec
+from collect.published.playbook import MEMORY_BYTES, first_reason, save
+from collect.schema import RunSpec, framework_conventions
 
 TABLES = ("nemo_24.07_perf_summary_h100.csv", "megatron_bridge_perf_summary_dense.csv")
 PRESET = "h100-80gb"
-MEMORY_BYTES = 80 * 10**9  # H100 80GB (NVIDIA datasheet)
 # (family, ffn_hidden, kv_heads, vocab): Llama 2 (Touvron et al. 2023, table and released configs: 32,000
 # tokens, GQA only at 70B), Llama 3 / 3.1 (Meta's released config.json files: 128,256 tokens, 8 kv heads),
 # GPT-3 as NeMo configures it (4h MLP, full attention, GPT-2's 50,257-token BPE padded to 50,304 as Megatron's
@@ -101,8 +101,8 @@ def spec_of(row: dict) -> RunSpec:
         "num_microbatches": int(row["global_batch"]) // (mbs * dp),
         "virtual_stages": int(vp.group(1)) if vp else 1,
         "sequence_parallel": tp > 1,
-        "loss_parallel": tp > 1,
-        "pipeline_keeps_outputs": False,
+        # Megatron's conventions (collect.schema.framework_conventions); NeMo's bf16_mixed sets grad_reduce_in_fp32
+        **framework_conventions("megatron", tp, tp > 1, workload["dtype"]),
     }
     if pp > 1:
         plan["pp_schedule"] = "interleaved_1f1b" if vp else "1f1b"

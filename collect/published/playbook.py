@@ -6,10 +6,16 @@
 Source: Hugging Face, "The Ultra-Scale Playbook: Training LLMs on GPU Clusters" (2025), its interactive
 benchmark figure (mirror github.com/vinjn/nanotron-ultrascale-playbook, commit 924e4d0), as converted in
 data/external/playbook (SOURCE.md, copied from ../shared/data/playbook). What the source states is filled in
-as stated; the model shapes are that conversion's inference (one corrected: HEADS). Recompute and sequence
-parallelism are not stated (left empty: the pipeline reads none); pipelines are 1F1B, Nanotron's default. A
-run without a result ("crashed/oom" in the figure) is kept with status "failed": it did not run, for a reason
-the source does not give. Rows the plan schema cannot express are left out and counted, with the reason.
+as stated; the model shapes are that conversion's inference (one corrected: HEADS). What the figure does not
+print is read from the script that generated its runs, nanotron scripts/scaling_benchmarks.py (github.com/
+huggingface/nanotron, "used in https://huggingface.co/spaces/nanotron/ultrascale-playbook"), and its base config
+examples/config_tiny_llama_bench.yaml: tp_mode REDUCE_SCATTER (sequence parallelism), accumulate_grad_in_fp32
+(fp32 gradients, beside Nanotron's fp32 master weights), pp_engine 1f1b, no recompute_layer (no recompute).
+Nanotron's benchmark logger writes memory (peak allocated, and peak reserved) in units of 1024**3 bytes under
+"GB" (src/nanotron/helpers.py, create_table_log), so the figure's GB are read as GiB; which of the two it plots
+is not stated, and the rows are compared with the predicted peak allocated. A run without a result
+("crashed/oom" in the figure) is kept with status "failed": it did not run, for a reason the source does not give.
+Rows the plan schema cannot express are left out and counted, with the reason.
 """
 
 from __future__ import annotations
@@ -19,12 +25,13 @@ from collections import Counter
 
 import pandas as pd
 
-from collect.schema import RunSpec
+from collect.schema import RunSpec, framework_conventions
 
 PRESET = "h100-80gb"
 SOURCE = "Ultra-Scale Playbook h100_nanotron.csv (Nanotron, H100 80GB nodes of 8)"
 SHARDING = {0: "none", 1: "zero1"}  # Nanotron's ZeRO stage: 0 plain data parallel, 1 optimizer state over dp
-MEMORY_BYTES = 80 * 10**9  # H100 80GB (NVIDIA datasheet: 80 GB of HBM3)
+MEMORY_BYTES = 80 * 2**30  # H100 80GB: 80 GiB of HBM3, as the h100-80gb preset
+GIB = 2**30  # the figure's "GB": Nanotron's logger divides bytes by 1024**3
 # SOURCE.md infers the 3B model's heads from Llama 3.2 3B (24), but 120 of its finished runs use tp 16 or 32, and
 # Nanotron needs the heads to divide over tp: 32 heads of 96 is the smallest reading they allow. With kv_heads =
 # heads the head count changes no FLOP, parameter or activation byte, only which tp the schema accepts.
@@ -49,9 +56,9 @@ def spec_of(row: dict) -> RunSpec:
         "pp": row["pp"],
         "sharding": SHARDING[row["zero_stage"]],
         "num_microbatches": row["grad_acc"],
-        # Nanotron's conventions: sharded cross-entropy over tp, and a pipeline that keeps only the loss
-        "loss_parallel": row["tp"] > 1,
-        "pipeline_keeps_outputs": False,
+        "recompute": "none",
+        "sequence_parallel": row["tp"] > 1,  # tp_mode REDUCE_SCATTER
+        **framework_conventions("nanotron", row["tp"], row["tp"] > 1, row["dtype"]),
     }
     cluster = {
         "nodes": row["nodes"],
@@ -101,11 +108,9 @@ def _row(spec: RunSpec, r: dict, i: int) -> dict:
         "status": "ok" if ok else "failed",
         "error": "" if ok else "no result in the source (out of memory or crashed; it does not say which)",
         "iter_time_s": r["iter_time_s"] if ok else None,
-        "peak_mem_bytes": r["gpu_memory_gb"] * 10**9 if ok else None,  # the figure's GB; allocated or reserved?
+        "peak_mem_bytes": r["gpu_memory_gb"] * GIB if ok else None,
         "is_reference": False,
         "source": SOURCE,
-        "recompute": None,  # not stated
-        "sequence_parallel": None,
     }
 
 

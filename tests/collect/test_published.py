@@ -29,13 +29,17 @@ def test_playbook_rows_keep_what_the_source_measured(converted):
     assert list(rows["status"]) == ["ok", "failed", "ok", "ok"]
     first = rows.iloc[0]
     assert first["iter_time_s"] == pytest.approx(256 * 4096 / (40150 * 8))  # the batch's tokens at its tok/s
-    assert first["peak_mem_bytes"] == pytest.approx(50.2e9)
+    assert first["peak_mem_bytes"] == pytest.approx(50.2 * 2**30)  # Nanotron's logger: "GB" of 1024**3 bytes
     assert first["num_params"] == pytest.approx(1.34e9, rel=0.003)  # the source's printed count
     assert (first["dp"], first["num_microbatches"], first["sharding"]) == (8, 16, "none")
     big = rows.iloc[3]  # Megatron-style plans the collector cannot run: ZeRO-1 with tp and pp
     assert (big["tp"], big["pp"], big["sharding"], big["pp_schedule"]) == (8, 2, "zero1", "1f1b")
     assert big["num_params"] == pytest.approx(80e9, rel=0.003)
-    assert big["loss_parallel"] and not big["pipeline_keeps_outputs"]  # Nanotron's conventions
+    # Nanotron's conventions, and what its benchmark config sets: sequence parallelism, fp32 gradients, no recompute
+    assert big["loss_parallel"] and not big["pipeline_keeps_outputs"] and not big["pipeline_holds_buffers"]
+    assert big["sequence_parallel"] and big["sequence_parallel_regather"] and big["recompute"] == "none"
+    assert big["fp32_master_weights"] and big["fp32_grads"]
+    assert not first["sequence_parallel"] and not first["sequence_parallel_regather"]  # tp 1
     assert pd.isna(rows.iloc[1]["iter_time_s"]) and "no result" in rows.iloc[1]["error"]
     # 80 layers cannot fill 128 stages: left out, with the schema's reason
     assert reasons == {
@@ -96,7 +100,8 @@ def test_published_configurations_take_megatrons_conventions(published):
     )
     assert (llama70["sharding"], llama70["float8"], llama70["sequence_parallel"]) == ("zero1", "tensorwise", True)
     assert llama70["num_params"] == pytest.approx(70.55e9, rel=0.002)  # Llama 3 70B
-    assert llama70["loss_parallel"] and not llama70["pipeline_keeps_outputs"]
+    assert llama70["loss_parallel"] and not llama70["pipeline_keeps_outputs"] and not llama70["pipeline_holds_buffers"]
+    assert llama70["sequence_parallel_regather"] and llama70["fp32_master_weights"] and llama70["fp32_grads"]
     assert pd.isna(llama70["peak_mem_bytes"])  # not printed
     fsdp = rows.iloc[1]
     assert (fsdp["sharding"], fsdp["dp"], fsdp["tp"]) == ("fsdp_full", 8, 1)
