@@ -118,7 +118,7 @@ def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
     return max(sizes) / (plan.data_ranks if plan.fsdp_enabled else 1)
 
 
-def grad_bytes(w: Workload, plan: Plan) -> int:
+def grad_dtype_bytes(w: Workload, plan: Plan) -> int:
     """Bytes of one gradient element, as kept and reduced: fp32 under plan.fp32_grads, else the weights' dtype."""
     return FP32_BYTES if plan.fp32_grads else dtype_bytes(w)
 
@@ -142,7 +142,7 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     master = FP32_BYTES if plan.fp32_master_weights else 0
     return {
         "param": 0.0 if fsdp and master else params * db / shard,
-        "grad": params * grad_bytes(w, plan) / shard,
+        "grad": params * grad_dtype_bytes(w, plan) / shard,
         "optimizer": params * (ADAM_STATE_BYTES + master) / opt_shard,
         "ddp_buckets": params * db if ddp else 0.0,
     }

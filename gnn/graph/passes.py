@@ -12,7 +12,7 @@ share one compiler, and so can the plans of a batch that differ only in those (`
 from __future__ import annotations
 
 from collect.schema import CONVENTIONS, Cluster, Plan, Workload
-from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_bytes, saved_bytes_per_layer
+from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_dtype_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
 from gnn.costs.pricing import Pricing
 from gnn.graph.layout import stage_role, uneven_layers
@@ -208,7 +208,7 @@ class PassCompiler:
                 "backward",
                 stage,
                 count=units,
-                message_bytes=self.memory.params(stage) * grad_bytes(self.w, plan) / units,
+                message_bytes=self.memory.params(stage) * grad_dtype_bytes(self.w, plan) / units,
                 group=plan.data_ranks,
                 crosses_node=self.dp_cross,
                 transient_bytes=2 * self.memory.unit_bytes(stage),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnn.costs.analytic import dtype_bytes, grad_bytes, largest_param
+from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param
 from gnn.costs.pricing import Pricing
 from gnn.graph.memory import StageMemory
 from gnn.graph.template import PassRows, PassTemplate
@@ -20,7 +20,7 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
     rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
     if plan.data_ranks > 1 and not plan.fsdp_enabled:
-        grads = params * grad_bytes(w, plan)
+        grads = params * grad_dtype_bytes(w, plan)
         buckets = max(1, int(np.ceil(grads / DDP_BUCKET_BYTES)))
         last = rows.add(
             last,
@@ -43,7 +43,7 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
             "backward",
             stages[0],
             count=units,
-            message_bytes=params * grad_bytes(w, plan) / units,
+            message_bytes=params * grad_dtype_bytes(w, plan) / units,
             group=plan.data_ranks,
             crosses_node=dp_cross,
             transient_bytes=unit * (1 + 1 / plan.data_ranks),
