@@ -13,7 +13,9 @@ examples/config_tiny_llama_bench.yaml: tp_mode REDUCE_SCATTER (sequence parallel
 (fp32 gradients, beside Nanotron's fp32 master weights), pp_engine 1f1b, no recompute_layer (no recompute).
 Nanotron's benchmark logger writes memory (peak allocated, and peak reserved) in units of 1024**3 bytes under
 "GB" (src/nanotron/helpers.py, create_table_log), so the figure's GB are read as GiB; which of the two it plots
-is not stated, and the rows are compared with the predicted peak allocated. A run without a result
+is not stated, and the rows are compared with the predicted peak allocated. Only global rank 0 writes the row
+(log_throughput), with its own peak: the first pipeline stage's, which Nanotron's split by weights gives the most
+layers; the rows say so (peak_mem_pp_rank 0). A run without a result
 ("crashed/oom" in the figure) is kept with status "failed": it did not run, for a reason the source does not give.
 Rows the plan schema cannot express are left out and counted, with the reason.
 """
@@ -36,6 +38,10 @@ GIB = 2**30  # the figure's "GB": Nanotron's logger divides bytes by 1024**3
 # Nanotron needs the heads to divide over tp: 32 heads of 96 is the smallest reading they allow. With kv_heads =
 # heads the head count changes no FLOP, parameter or activation byte, only which tp the schema accepts.
 HEADS = {"3B": 32}
+# SOURCE.md infers Llama 3's 128,256-token vocabulary. The script that generated the runs sets 131,072
+# (scaling_benchmarks.py: VOCAB_SIZES, and check_params counts the models with it), which reproduces the printed
+# counts as well (1.34, 3.57, 80 billion). Nanotron's split of a pipeline by weights weighs the head by it.
+VOCAB = 131072
 
 
 def spec_of(row: dict) -> RunSpec:
@@ -43,7 +49,8 @@ def spec_of(row: dict) -> RunSpec:
     heads = HEADS.get(row["model"], row["heads"])
     workload = {
         "family": "llama",
-        **{k: row[k] for k in ("layers", "hidden", "ffn_hidden", "vocab", "seq_len", "dtype")},
+        **{k: row[k] for k in ("layers", "hidden", "ffn_hidden", "seq_len", "dtype")},
+        "vocab": VOCAB,
         "heads": heads,
         "kv_heads": heads if row["kv_heads"] == row["heads"] else row["kv_heads"],
         "tied_embeddings": bool(row["tied_embeddings"]),
@@ -109,6 +116,7 @@ def _row(spec: RunSpec, r: dict, i: int) -> dict:
         "error": "" if ok else "no result in the source (out of memory or crashed; it does not say which)",
         "iter_time_s": r["iter_time_s"] if ok else None,
         "peak_mem_bytes": r["gpu_memory_gb"] * GIB if ok else None,
+        "peak_mem_pp_rank": 0,  # rank 0 logs its own peak: the first pipeline stage's
         "is_reference": False,
         "source": SOURCE,
     }

@@ -111,9 +111,11 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
     if not interleaved and p.virtual_stages != 1:
         problems.append(f"plan.virtual_stages ({p.virtual_stages}) > 1 needs pp_schedule 'interleaved_1f1b'")
-    counts = p.stage_layers(w.layers)
+    counts = p.stage_layers(w.layers, w.pipeline_costs)
     # the first and last stages hold the embedding and the head even without a layer; a middle one would be empty
-    if min(counts[0], counts[-1]) < 0 or min(counts[1:-1], default=1) < 1:
+    # (Nanotron's split by weights leaves stages past the layers empty, and runs them)
+    middle = 1 if p.pipeline_split == "weights" else min(counts[1:-1], default=1)
+    if min(counts[0], counts[-1]) < 0 or middle < 1:
         problems.append(
             f"workload.layers ({w.layers}) leaves a pipeline stage empty over plan.pp ({p.pp}) * "
             f"plan.virtual_stages ({p.virtual_stages}) = {p.num_stages} stages: {list(counts)} (Plan.stage_layers "
@@ -215,7 +217,7 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
 def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     """Plans Megatron runs that torch's own APIs, which the collector uses, do not."""
     problems = []
-    counts = p.stage_layers(w.layers)
+    counts = p.stage_layers(w.layers, w.pipeline_costs)
     if min(counts) < 1:
         # keeps every sweep's space as it was before such plans were accepted (resumed sweeps draw the same points)
         problems.append(
@@ -238,11 +240,12 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         )
     kept = [f"plan.{k}" for k in ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads") if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
+    kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
     if kept:
         problems.append(
             f"{', '.join(kept)}: predicted only, the collector runs torch's conventions (DTensor saves gathered "
-            "inputs; pipelining holds its buffers per micro-batch; weights, gradients and their reduction stay in "
-            "the workload's dtype)"
+            "inputs; pipelining holds its buffers per micro-batch and splits by layers; weights, gradients and "
+            "their reduction stay in the workload's dtype)"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(

@@ -13,6 +13,7 @@ PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 DType = Literal["float32", "bfloat16", "float16"]
 Float8 = Literal["none", "tensorwise", "rowwise"]
 Framework = Literal["torch", "megatron", "nanotron", "torchtitan"]
+PipelineSplit = Literal["layers", "weights"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
@@ -25,7 +26,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def framework_conventions(
     framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32"
-) -> dict[str, bool]:
+) -> dict[str, bool | str]:
     """The plan's convention fields (collect.schema.plan) as a framework sets them by default.
 
     torch: the local collector's (whole logits on every tp rank, the pipeline keeps its outputs and buffers,
@@ -35,7 +36,7 @@ def framework_conventions(
     2-byte dtype fp32 master weights and gradients (Megatron's arguments turn on fp32 gradient accumulation for
     bf16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan: loss parallelism (on unless disabled,
     with tp), torch's pipeline schedule and DTensor's sequence parallelism, FSDP2's mixed precision (fp32 sharded
-    parameters, fp32 gradient reduction)."""
+    parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by weights (plan.pipeline_split)."""
     torch = framework == "torch"
     half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
     return {
@@ -45,6 +46,7 @@ def framework_conventions(
         "sequence_parallel_regather": sequence_parallel and framework in ("megatron", "nanotron"),
         "fp32_master_weights": half,
         "fp32_grads": half,
+        "pipeline_split": "weights" if framework == "nanotron" else "layers",
     }
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from collect.schema.choices import PipelineSchedule, Recompute, Sharding, Strict
+from collect.schema.choices import PipelineSchedule, PipelineSplit, Recompute, Sharding, Strict
 
 # the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
 CONVENTIONS = (
@@ -16,6 +16,7 @@ CONVENTIONS = (
     "sequence_parallel_regather",
     "fp32_master_weights",
     "fp32_grads",
+    "pipeline_split",
 )
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
@@ -78,6 +79,11 @@ class Plan(Strict):
     """With a 2-byte dtype: gradients accumulate and are reduced in fp32 buffers, whole on every data rank unless
     FSDP shards them (Megatron's main_grad with bf16, Nanotron's accumulate_grad_in_fp32, FSDP's fp32
     reduce_dtype). False: gradients are kept and reduced in the weights' dtype (the collector's)."""
+    pipeline_split: PipelineSplit = "layers"
+    """With pp: how layers are assigned to stages (stage_layers). layers: evenly, the embedding and the loss counting
+    as a layer each where they do not divide (Megatron, torchtitan, the collector). weights: stages balanced by
+    weights, the head counting vocab x hidden, each stage taking blocks until its share is passed (Nanotron), which
+    puts more layers on the first stages."""
 
     @model_validator(mode="before")
     @classmethod
@@ -138,17 +144,21 @@ class Plan(Strict):
     def interleaved(self) -> bool:
         return self.pp_schedule == "interleaved_1f1b"
 
-    def stage_layers(self, layers: int) -> tuple[int, ...]:
-        """Transformer layers of each of the num_stages stages (stage s on pipeline rank s % pp).
+    def stage_layers(self, layers: int, costs: tuple[int, int] = (1, 0)) -> tuple[int, ...]:
+        """Transformer layers of each of the num_stages stages (stage s on pipeline rank s % pp). ``costs``: a
+        layer's and the head's weight (Workload.pipeline_costs), read by pipeline_split 'weights'.
 
-        Layers that divide evenly are split evenly (Megatron's default, and what the collector ran). Otherwise
-        the embedding and the loss count as one layer each, as Megatron's --account-for-embedding-in-pipeline-split
-        and --account-for-loss-in-pipeline-split do, and what is left over goes to the earliest stages, as
-        torchtitan's generate_llm_fqn_per_model_part does: Llama 3 405B's 126 layers on 16 stages give 7 to the
-        first and last stage and 8 to each other. The first or last stage may hold only the embedding or the head
-        (28 layers on 16 stages: 1, 2, ..., 2, 0); checks.plan_problems refuses an empty middle stage.
+        Split by layers: layers that divide evenly are split evenly (Megatron's default, and what the collector
+        ran). Otherwise the embedding and the loss count as one layer each, as Megatron's
+        --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split do, and what is left over
+        goes to the earliest stages, as torchtitan's generate_llm_fqn_per_model_part does: Llama 3 405B's 126
+        layers on 16 stages give 7 to the first and last stage and 8 to each other. The first or last stage may hold
+        only the embedding or the head (28 layers on 16 stages: 1, 2, ..., 2, 0); checks.plan_problems refuses an
+        empty middle stage.
         """
         stages = self.num_stages
+        if self.pipeline_split == "weights":
+            return _split_by_weights(layers, *costs, stages)
         if layers % stages == 0:
             return (layers // stages,) * stages
         base, extra = divmod(layers + 2, stages)
@@ -156,6 +166,22 @@ class Plan(Strict):
         counts[0] -= 1
         counts[-1] -= 1
         return tuple(counts)
+
+
+def _split_by_weights(layers: int, layer_cost: int, head_cost: int, stages: int) -> tuple[int, ...]:
+    """Nanotron's build_model (models/base.py): its blocks in order (the embedding, costing nothing, each layer,
+    then the norm and the head) are placed on the current stage, which is left once the running cost passes its
+    share, total x (s + 1) / stages. Integer costs and that float share, as Nanotron compares them: on ties (the
+    1B model over 4 stages) a layer more or less on the first stage. The head, and any stage past the layers,
+    holds none; a middle stage may then have no layer (the 1B model over 8 stages: 3, 3, 2, 3, 2, 3, 0, 0)."""
+    total = layers * layer_cost + head_cost
+    counts, stage, running = [0] * stages, 0, 0
+    for _ in range(layers):
+        counts[stage] += 1
+        running += layer_cost
+        if running > total * ((stage + 1) / stages):
+            stage += 1
+    return tuple(counts)
 
 
 class Cluster(Strict):

@@ -175,7 +175,7 @@ def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:
 def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
     """Closed-form peak of the first pipeline rank (the one holding most activations)."""
     c = block_costs(w, plan)
-    layers = sum(plan.stage_layers(w.layers)[:: plan.pp])  # the first pipeline rank's stages
+    layers = sum(plan.stage_layers(w.layers, w.pipeline_costs)[:: plan.pp])  # the first pipeline rank's stages
     params = layers * c.layer_params + c.embed_params + (c.head_params if plan.pp == 1 else 0.0)
     state = sum(state_bytes(w, plan, params).values())
     activations = in_flight_microbatches(plan) * layers * saved_bytes_per_layer(c, plan)

@@ -233,10 +233,12 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
     return found
 
 
-def sim_features(sim: SimResult) -> dict[str, float]:
+def sim_features(sim: SimResult, memory_pp_rank: int | None = None) -> dict[str, float]:
+    """``memory_pp_rank``: the pipeline rank whose peak a row measured (rows.measured_pp_rank); None: the largest."""
+    mem = sim.peak_mem_bytes if memory_pp_rank is None else sim.peak_mem_per_rank[memory_pp_rank]
     return {
         "log_sim_time": math.log(sim.iter_time_s),
-        "log_sim_mem": math.log(sim.peak_mem_bytes),
+        "log_sim_mem": math.log(mem),
         "log_sim_compute": math.log(sim.compute_s + 1e-9),
         "log_sim_comm": math.log(sim.comm_s + 1e-9),
         "log_sim_exposed": math.log(sim.exposed_comm_s + 1e-9),

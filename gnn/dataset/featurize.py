@@ -12,15 +12,16 @@ from gnn.sim.truncate import simulate_plan
 
 
 def featurize_arrays(
-    spec: RunSpec, hw: HardwareModel, flags: dict, compilers: dict | None = None
+    spec: RunSpec, hw: HardwareModel, flags: dict, compilers: dict | None = None, memory_pp_rank: int | None = None
 ) -> tuple[dict[str, np.ndarray], dict]:
     """A plan's execution graph as arrays (x, edge_index, edge_attr, u), and its flat features and simulator
     outputs. Plain numpy, so it crosses process boundaries as bytes: torch tensors would travel through
     shared-memory handles, one per tensor, which costs more than building the graph. ``compilers``: a pass
-    compiler cache for a batch of plans (gnn.sim.truncate.simulate_plan)."""
+    compiler cache for a batch of plans (gnn.sim.truncate.simulate_plan). ``memory_pp_rank``: the pipeline rank
+    whose peak memory was measured (gnn.dataset.rows.measured_pp_rank), for the simulator's memory feature."""
     graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, compilers)
     index, attr = edge_arrays(graph)
-    flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim)}.items()}
+    flat = {f"f_{k}": v for k, v in {**plan_features(spec, hw, flags), **sim_features(sim, memory_pp_rank)}.items()}
     arrays = {
         "x": node_features(graph),
         "edge_index": index,

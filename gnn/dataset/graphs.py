@@ -28,7 +28,7 @@ from collect.hardware.records import PRESET_DIR
 from collect.schema import RunSpec
 from gnn.costs.hardware import HardwareModel, hardware_model
 from gnn.dataset.featurize import featurize_arrays
-from gnn.dataset.rows import load_runs, row_to_spec
+from gnn.dataset.rows import load_runs, measured_pp_rank, row_to_spec
 from gnn.dataset.sources import source_files
 
 
@@ -48,15 +48,17 @@ def to_data(arrays: dict[str, np.ndarray]) -> Data:
     return Data(**{k: torch.from_numpy(v) for k, v in arrays.items()})
 
 
-def featurize_spec(spec: RunSpec, hw: HardwareModel, flags: dict) -> tuple[Data, dict]:
+def featurize_spec(
+    spec: RunSpec, hw: HardwareModel, flags: dict, memory_pp_rank: int | None = None
+) -> tuple[Data, dict]:
     """A plan's execution graph as a PyG graph, and its flat features and simulator outputs."""
-    arrays, flat = featurize_arrays(spec, hw, flags)
+    arrays, flat = featurize_arrays(spec, hw, flags, memory_pp_rank=memory_pp_rank)
     return to_data(arrays), flat
 
 
 def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
     spec, hw_name, flags = row_to_spec(row)
-    return featurize_spec(spec, hardware_model(hw_name, hardware_dir), flags)
+    return featurize_spec(spec, hardware_model(hw_name, hardware_dir), flags, measured_pp_rank(row))
 
 
 class PlanGraphs(InMemoryDataset):

@@ -85,6 +85,13 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
     return RunSpec.model_construct(workload=w, plan=p, cluster=c), hw, flags
 
 
+def measured_pp_rank(row) -> int | None:
+    """The pipeline rank whose peak memory a row holds, where its source measured one rank (the playbook: global
+    rank 0, the first stage); None: the largest over ranks, as the collector records it."""
+    rank = _get(row, "peak_mem_pp_rank")
+    return None if rank is None else int(rank)
+
+
 def load_runs(paths) -> pd.DataFrame:
     """All measured plan rows (reference probes and failed runs excluded), with a domain column."""
     frames = [ResultStore(p).load() for p in paths]  # Parquet plus rows still in a sweep's journal

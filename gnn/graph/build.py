@@ -123,7 +123,7 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     passes."""
     if compiler is None:
         compiler = PassCompiler(w, plan, cluster, hw)
-    layout = plan_layout(plan, uneven_layers(plan, w.layers))
+    layout = plan_layout(plan, uneven_layers(plan, w))
     templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
     key = (layout.key, *(t.shape for t in templates))
     placed = _PLACEMENTS.get(key)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from collect.schema import Plan
+from collect.schema import Plan, Workload
 from gnn.graph.schedule import rank_orders
 
 
@@ -52,9 +52,9 @@ def plan_layout(plan: Plan, uneven: tuple[int, ...] | None = None) -> Layout:
     return found
 
 
-def uneven_layers(plan: Plan, layers: int) -> tuple[int, ...] | None:
+def uneven_layers(plan: Plan, w: Workload) -> tuple[int, ...] | None:
     """Each stage's layer count when they differ, else None (then every middle stage runs the same passes)."""
-    counts = plan.stage_layers(layers)
+    counts = plan.stage_layers(w.layers, w.pipeline_costs)
     return counts if len(set(counts)) > 1 else None
 
 

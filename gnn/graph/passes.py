@@ -47,8 +47,8 @@ class PassCompiler:
         self.gloo = cluster.backend == "gloo"
         self.c: BlockCosts = block_costs(w, plan)
         self.num_stages = plan.num_stages  # a computed property of the plan: read once, it is read per pass
-        self.stage_layers = plan.stage_layers(w.layers)
-        self.uneven = uneven_layers(plan, w.layers)
+        self.stage_layers = plan.stage_layers(w.layers, w.pipeline_costs)
+        self.uneven = uneven_layers(plan, w)
         self.templates: dict[tuple, PassTemplate] = {}
         self.shared = {} if shared is None else shared
         # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,

@@ -26,26 +26,24 @@ def converted(tmp_path):
 
 def test_playbook_rows_keep_what_the_source_measured(converted):
     rows, reasons = converted
-    assert list(rows["status"]) == ["ok", "failed", "ok", "ok"]
+    assert list(rows["status"]) == ["ok", "failed", "ok", "failed", "ok"]
     first = rows.iloc[0]
     assert first["iter_time_s"] == pytest.approx(256 * 4096 / (40150 * 8))  # the batch's tokens at its tok/s
     assert first["peak_mem_bytes"] == pytest.approx(50.2 * 2**30)  # Nanotron's logger: "GB" of 1024**3 bytes
     assert first["num_params"] == pytest.approx(1.34e9, rel=0.003)  # the source's printed count
+    assert first["vocab"] == 131072 and (rows["peak_mem_pp_rank"] == 0).all()  # rank 0 logs its own peak
     assert (first["dp"], first["num_microbatches"], first["sharding"]) == (8, 16, "none")
-    big = rows.iloc[3]  # Megatron-style plans the collector cannot run: ZeRO-1 with tp and pp
+    big = rows.iloc[4]  # Megatron-style plans the collector cannot run: ZeRO-1 with tp and pp
     assert (big["tp"], big["pp"], big["sharding"], big["pp_schedule"]) == (8, 2, "zero1", "1f1b")
     assert big["num_params"] == pytest.approx(80e9, rel=0.003)
     # Nanotron's conventions, and what its benchmark config sets: sequence parallelism, fp32 gradients, no recompute
     assert big["loss_parallel"] and not big["pipeline_keeps_outputs"] and not big["pipeline_holds_buffers"]
     assert big["sequence_parallel"] and big["sequence_parallel_regather"] and big["recompute"] == "none"
-    assert big["fp32_master_weights"] and big["fp32_grads"]
+    assert big["fp32_master_weights"] and big["fp32_grads"] and big["pipeline_split"] == "weights"
     assert not first["sequence_parallel"] and not first["sequence_parallel_regather"]  # tp 1
     assert pd.isna(rows.iloc[1]["iter_time_s"]) and "no result" in rows.iloc[1]["error"]
-    # 80 layers cannot fill 128 stages: left out, with the schema's reason
-    assert reasons == {
-        "workload.layers (80) leaves a pipeline stage empty over plan.pp (128) * plan.virtual_stages (1) = "
-        "128 stages": 1
-    }
+    # 80 layers on 128 stages: Nanotron's split by weights gives the first 80 one each and leaves the rest empty
+    assert rows.iloc[3]["pp"] == 128 and not reasons
 
 
 def test_the_3b_model_has_heads_that_its_tp_16_run_divides(converted):

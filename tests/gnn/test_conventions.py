@@ -1,5 +1,7 @@
 """How a framework runs a plan (Plan's conventions) against memory computed by hand, on small cases."""
 
+import math
+
 import pytest
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems, framework_conventions
@@ -87,7 +89,9 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "sequence_parallel_regather": True,
         "fp32_master_weights": True,
         "fp32_grads": True,
+        "pipeline_split": "layers",
     }
+    assert framework_conventions("nanotron", 4, True, "bfloat16")["pipeline_split"] == "weights"
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
     torch = framework_conventions("torch", 4, True, "bfloat16")
     assert not any(torch[k] for k in ("loss_parallel", "sequence_parallel_regather", "fp32_grads"))
@@ -95,6 +99,10 @@ def test_framework_conventions_and_what_the_collector_refuses():
     cluster = Cluster(devices_per_node=2, memory_bytes=2**34)
     problems = collect_problems(_llama(global_batch_size=2), Plan(dp=2, **MIXED), cluster)
     assert any("plan.fp32_master_weights, plan.fp32_grads: predicted only" in p for p in problems)
+    split = collect_problems(
+        _llama(global_batch_size=2), Plan(pp=2, num_microbatches=2, pipeline_split="weights"), cluster
+    )
+    assert any("plan.pipeline_split 'weights'" in p for p in split)
 
 
 @pytest.mark.parametrize(
@@ -114,3 +122,75 @@ def test_conventions_a_plan_cannot_take_name_the_rule(workload, plan, message):
     body = {"workload": w, "plan": plan, "cluster": {"devices_per_node": plan.get("tp", 1), "memory_bytes": 2**34}}
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         RunSpec.model_validate(body)
+
+
+# the playbook's Nanotron models (scaling_benchmarks.py): layers, hidden, heads (of hidden / heads), ffn; vocab 131,072
+NANOTRON_1B = dict(family="llama", layers=16, hidden=2048, heads=32, ffn_hidden=8192, vocab=131072, seq_len=4096)
+NANOTRON_3B = NANOTRON_1B | dict(layers=28, hidden=3072)
+
+
+@pytest.mark.parametrize(
+    "model, pp, expected",
+    [
+        # a 3B layer weighs 113,246,208 (4 d^2 + 3 d ffn), the head 402,653,184: 28 + 3.56 layers, 3.95 a stage
+        (NANOTRON_3B, 8, (4, 4, 4, 4, 4, 4, 4, 0)),
+        (NANOTRON_3B, 16, (2,) * 14 + (0, 0)),
+        # a 1B layer weighs 2^26, the head 2^28: 20 units. Over 4 stages the 5th layer ends exactly at the first
+        # share (5), which it must pass to move on: the first stage takes 6
+        (NANOTRON_1B, 4, (6, 5, 5, 0)),
+        (NANOTRON_1B, 8, (3, 3, 2, 3, 2, 3, 0, 0)),
+    ],
+)
+def test_nanotron_splits_a_pipeline_by_weights_by_hand(model, pp, expected):
+    w = Workload(**(model | dict(dtype="bfloat16", micro_batch_size=1, global_batch_size=pp)))
+    plan = Plan(pp=pp, num_microbatches=pp, pipeline_split="weights")
+    assert plan.stage_layers(w.layers, w.pipeline_costs) == expected
+    # Nanotron runs stages past the layers (the 1B model on 8 stages ran in the playbook): not refused
+    cluster = Cluster(devices_per_node=pp, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**36)
+    RunSpec(workload=w, plan=plan, cluster=cluster)
+    # split by layers, the same plan is even where it divides
+    assert Plan(pp=pp, num_microbatches=pp).stage_layers(w.layers, w.pipeline_costs)[0] <= expected[0]
+
+
+def test_the_first_stage_holds_what_the_split_by_weights_gives_it():
+    """3B over 16 stages: by layers the first stage holds 1 layer (the embedding counts as one), by weights 2; its
+    1F1B peak holds 16 micro-batches of them, so the first rank's peak grows by about 16 layers' activations."""
+    w = Workload(**(NANOTRON_3B | dict(dtype="bfloat16", micro_batch_size=1, global_batch_size=16)))
+    cluster = Cluster(
+        devices_per_node=8, nodes=2, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**37
+    )
+    hw = hardware_model("h100-80gb")
+    first = [
+        simulate_plan(w, Plan(pp=16, num_microbatches=16, pipeline_split=s), cluster, hw)[1].peak_mem_per_rank[0]
+        for s in ("layers", "weights")
+    ]
+    layer = block_costs(w, Plan(pp=16, num_microbatches=16)).activation_bytes_per_layer
+    assert first[1] - first[0] == pytest.approx(16 * layer, rel=0.25)
+
+
+def test_a_row_compares_with_the_pipeline_rank_its_source_measured():
+    """The playbook logs global rank 0's peak (the first stage); the collector the largest over ranks."""
+    from gnn.dataset.features import sim_features
+    from gnn.dataset.rows import measured_pp_rank
+
+    w = Workload(**(NANOTRON_1B | dict(dtype="bfloat16", micro_batch_size=4, global_batch_size=8)))
+    cluster = Cluster(devices_per_node=8, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**37)
+    sim = simulate_plan(w, Plan(pp=2, num_microbatches=2), cluster, hardware_model("h100-80gb"))[1]
+    ranks = sim.peak_mem_per_rank
+    assert ranks[1] > ranks[0]  # the last stage holds the logits of 4 x 4,096 tokens over 131,072 words
+    assert measured_pp_rank({"peak_mem_pp_rank": 0.0}) == 0 and measured_pp_rank({"peak_mem_pp_rank": None}) is None
+    assert sim_features(sim, 0)["log_sim_mem"] == pytest.approx(math.log(ranks[0]))
+    assert sim_features(sim)["log_sim_mem"] == pytest.approx(math.log(max(ranks)))
+
+
+def test_extrapolated_times_stay_positive_when_the_busiest_rank_changes():
+    """A 1B model over 4 stages split by weights with a 128,256-word head puts one layer on the last stage
+    (5, 5, 5, 1): its two sampled runs disagree on the busiest rank's communication, and the line through them
+    went below zero at 128 micro-batches."""
+    w = Workload(**(NANOTRON_1B | dict(vocab=128256, dtype="bfloat16", micro_batch_size=1, global_batch_size=256)))
+    nanotron = framework_conventions("nanotron", 1, False, "bfloat16")
+    plan = Plan(dp=2, pp=4, num_microbatches=128, **nanotron)  # DDP
+    assert plan.stage_layers(w.layers, w.pipeline_costs) == (5, 5, 5, 1)
+    cluster = Cluster(devices_per_node=8, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**37)
+    sim = simulate_plan(w, plan, cluster, hardware_model("h100-80gb"))[1]
+    assert min(sim.compute_s, sim.comm_s, sim.exposed_comm_s, sim.iter_time_s) >= 0
