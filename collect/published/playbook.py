@@ -15,9 +15,9 @@ Nanotron's benchmark logger writes memory (peak allocated, and peak reserved) in
 "GB" (src/nanotron/helpers.py, create_table_log), so the figure's GB are read as GiB; which of the two it plots
 is not stated, and the rows are compared with the predicted peak allocated. Only global rank 0 writes the row
 (log_throughput), with its own peak: the first pipeline stage's, which Nanotron's split by weights gives the most
-layers; the rows say so (peak_mem_pp_rank 0). A run without a result
-("crashed/oom" in the figure) is kept with status "failed": it did not run, for a reason the source does not give.
-Rows the plan schema cannot express are left out and counted, with the reason.
+layers; the rows say so (peak_mem_pp_rank 0). A run without a result ("crashed/oom" in the figure) is kept with
+status "failed": it did not run, for a reason the source does not give. Rows the plan schema cannot express are
+left out and counted, with the reason.
 """
 
 from __future__ import annotations

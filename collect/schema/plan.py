@@ -144,9 +144,9 @@ class Plan(Strict):
     def interleaved(self) -> bool:
         return self.pp_schedule == "interleaved_1f1b"
 
-    def stage_layers(self, layers: int, costs: tuple[int, int] = (1, 0)) -> tuple[int, ...]:
+    def stage_layers(self, layers: int, costs: tuple[int, int] | None = None) -> tuple[int, ...]:
         """Transformer layers of each of the num_stages stages (stage s on pipeline rank s % pp). ``costs``: a
-        layer's and the head's weight (Workload.pipeline_costs), read by pipeline_split 'weights'.
+        layer's and the head's weight (Workload.pipeline_costs), which pipeline_split 'weights' needs.
 
         Split by layers: layers that divide evenly are split evenly (Megatron's default, and what the collector
         ran). Otherwise the embedding and the loss count as one layer each, as Megatron's
@@ -158,6 +158,8 @@ class Plan(Strict):
         """
         stages = self.num_stages
         if self.pipeline_split == "weights":
+            if costs is None:  # an even split would be returned silently: the head's weight is what moves layers
+                raise ValueError("plan.pipeline_split 'weights' needs the workload's costs (Workload.pipeline_costs)")
             return _split_by_weights(layers, *costs, stages)
         if layers % stages == 0:
             return (layers // stages,) * stages
