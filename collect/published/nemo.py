@@ -1,11 +1,14 @@
-"""NVIDIA's published H100 pre-training throughput (NeMo 24.07 and Megatron-Bridge) as rows of data/runs.
+"""NVIDIA's published pre-training throughput (NeMo 24.07 and Megatron-Bridge) as rows of data/runs.
 
-    python -m collect.published.nemo [--src-dir data/external/published] [--out data/runs/published-h100.parquet]
+    python -m collect.published.nemo [--src-dir data/external/published] [--out-dir data/runs]
+
+writes published-h100.parquet (DGX H100) and published-blackwell.parquet (DGX B200, GB200 and GB300 NVL72).
 
 Sources (data/external/published/SOURCES.md, copied from ../shared/data/published): NVIDIA/NeMo
 docs/source/performance/performance_summary.md at three revisions of the 24.07 release, and NVIDIA-NeMo/
 Megatron-Bridge docs/performance-summary-archive.md (releases 25.09 to 26.06). Each configuration prints
 tokens/s per GPU; its iteration time is global batch x sequence / (tokens/s per GPU x GPUs). No memory is printed.
+Each GPU is a datasheet preset (GPUS below); on a GB200 or GB300 NVL72 a node is the NVLink domain.
 
 What is filled in beyond the tables, and why:
 - shapes the tables leave out (FFN width, key/value heads, vocabulary) from the models' published configurations
@@ -15,7 +18,7 @@ What is filled in beyond the tables, and why:
   loss and frees its buffers, fp32 master weights and gradients (NeMo's bf16_mixed: grad_reduce_in_fp32=True),
   interleaved 1F1B where the row prints VP;
 - FP8 ("FP8", "FP8-CS": per-tensor scaling) as float8 tensorwise; recompute is not printed (left empty).
-Left out, counted with the reason: other GPUs (no preset here), fine-tuning (SFT, LoRA), precisions the schema has
+Left out, counted with the reason: fine-tuning (SFT, LoRA), precisions the schema has
 no name for, rows without a printed precision, and models no family expresses (Nemotron: GQA with a squared-ReLU
 MLP).
 """
@@ -23,17 +26,27 @@ MLP).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
-from collect.published.playbook import MEMORY_BYTES, first_reason, save
+from collect.hardware.records import load_hardware
+from collect.published.playbook import first_reason, save
 from collect.schema import RunSpec, framework_conventions
 
 TABLES = ("nemo_24.07_perf_summary_h100.csv", "megatron_bridge_perf_summary_dense.csv")
-PRESET = "h100-80gb"
+# printed GPU -> (preset, device kind, GPUs per NVLink domain, output file). An NVL72 rack joins 72 GPUs over
+# NVLink; a job is taken to use a power-of-two share of one, at most 64 GPUs, the largest that divides its GPU
+# count: an assumption, as the tables do not print how a job sits on the racks.
+GPUS = {
+    "H100": ("h100-80gb", "h100", 8, "published-h100"),
+    "DGX-B200": ("b200-180gb", "b200", 8, "published-blackwell"),
+    "DGX-GB200": ("gb200-nvl72", "gb200", 64, "published-blackwell"),
+    "DGX-GB300": ("gb300-nvl72", "gb300", 64, "published-blackwell"),
+}
 # (family, ffn_hidden, kv_heads, vocab): Llama 2 (Touvron et al. 2023, table and released configs: 32,000
 # tokens, GQA only at 70B), Llama 3 / 3.1 (Meta's released config.json files: 128,256 tokens, 8 kv heads),
 # GPT-3 as NeMo configures it (4h MLP, full attention, GPT-2's 50,257-token BPE padded to 50,304 as Megatron's
@@ -66,8 +79,7 @@ def configurations(src_dir: Path) -> pd.DataFrame:
 
 def spec_of(row: dict) -> RunSpec:
     """The plan a printed configuration describes; ValueError (naming what) when the schema cannot hold it."""
-    if "H100" not in row["gpu_type"]:
-        raise ValueError(f"GPU {row['gpu_type']} has no preset")
+    gpu = _gpu(row["gpu_type"])
     if not ("pretraining" in row["notes"] or "Pre-Training" in row["notes"]):
         raise ValueError("fine-tuning (SFT or LoRA), not pre-training")
     precision = _precision(row["notes"])
@@ -106,9 +118,19 @@ def spec_of(row: dict) -> RunSpec:
     }
     if pp > 1:
         plan["pp_schedule"] = "interleaved_1f1b" if vp else "1f1b"
-    cluster = {"nodes": int(row["gpus"]) // 8, "devices_per_node": 8, "device": "cuda", "device_kind": "h100"}
-    cluster |= {"backend": "nccl", "memory_bytes": MEMORY_BYTES}
+    preset, kind, domain, _ = GPUS[gpu]
+    gpus = int(row["gpus"])
+    per_node = math.gcd(gpus, domain)
+    cluster = {"nodes": gpus // per_node, "devices_per_node": per_node, "device": "cuda", "device_kind": kind}
+    cluster |= {"backend": "nccl", "memory_bytes": load_hardware(preset)["memory_bytes"]}
     return RunSpec.model_validate({"workload": workload, "plan": plan, "cluster": cluster})
+
+
+def _gpu(printed: str) -> str:
+    gpu = next((g for g in GPUS if g in printed), None)
+    if gpu is None:
+        raise ValueError(f"GPU {printed} has no preset")
+    return gpu
 
 
 def _precision(notes: str) -> str | None:
@@ -141,8 +163,8 @@ def _row(spec: RunSpec, r: dict, i: int) -> dict:
         "run_id": spec.run_id,
         "measurement_id": f"{spec.run_id}-published{i}",
         "repeat_group": None,
-        "sweep_id": "published-h100",
-        "fingerprint_id": PRESET,
+        "sweep_id": GPUS[_gpu(r["gpu_type"])][3],
+        "fingerprint_id": GPUS[_gpu(r["gpu_type"])][0],
         "status": "ok",
         "error": "",
         "iter_time_s": tokens / (r["tokens_per_s_per_gpu"] * c.world_size),
@@ -156,10 +178,13 @@ def _row(spec: RunSpec, r: dict, i: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src-dir", default="data/external/published")
-    parser.add_argument("--out", default="data/runs/published-h100.parquet")
+    parser.add_argument("--out-dir", default="data/runs")
     args = parser.parse_args()
     df, reasons = convert(Path(args.src_dir))
-    save(df, reasons, args.out, f"{len(df)} configurations")
+    for i, (sweep, rows) in enumerate(df.groupby("sweep_id")):
+        kinds = ", ".join(f"{n} on {k}" for k, n in rows["device_kind"].value_counts().items())
+        said = reasons if i == 0 else Counter()  # what could not be expressed, said once for both files
+        save(rows, said, f"{args.out_dir}/{sweep}.parquet", f"{len(rows)} ({kinds})")
 
 
 if __name__ == "__main__":

@@ -46,10 +46,15 @@ def test_fit_on_recorded_fingerprint_points():
 
 
 def test_presets_are_datasheet_records():
-    for name in ("a100-40gb", "a100-80gb", "h100-80gb"):
+    for name in ("a100-40gb", "a100-80gb", "h100-80gb", "b200-180gb", "gb200-nvl72", "gb300-nvl72"):
         preset = load_hardware(name)
-        assert preset["source"] == "datasheet" and preset["devices_per_node"] == 8
+        assert preset["source"] == "datasheet" and preset["devices_per_node"] in (8, 72)  # a DGX, an NVL72 rack
         assert preset["peak_flops_per_s"]["bfloat16"] > 1e14
+        assert all(k in preset["kernels"]["sources"] for k in ("sms", "gemm_efficiency", "attention_efficiency"))
+    # a Blackwell GPU: about 2.3x an H100's dense bf16 and 2.4x its memory bandwidth (the datasheets)
+    h100, b200 = load_hardware("h100-80gb"), load_hardware("b200-180gb")
+    assert b200["peak_flops_per_s"]["bfloat16"] / h100["peak_flops_per_s"]["bfloat16"] == pytest.approx(2.27, rel=0.01)
+    assert b200["memory_bandwidth_bytes_per_s"] / h100["memory_bandwidth_bytes_per_s"] == pytest.approx(2.39, rel=0.01)
     with pytest.raises(ValueError, match="no preset of that name"):
         load_hardware("tpu-v9")
 

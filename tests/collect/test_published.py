@@ -3,6 +3,7 @@
 import pandas as pd
 import pytest
 
+from collect.hardware.records import load_hardware
 from collect.published import nemo, playbook
 from gnn.dataset.rows import load_runs, row_to_spec
 
@@ -87,7 +88,7 @@ def published(tmp_path):
 
 def test_published_configurations_take_megatrons_conventions(published):
     rows, reasons = published
-    assert len(rows) == 2  # NeMo's Llama 3 70B and Bridge's Megatron-FSDP Llama 3 8B
+    assert len(rows) == 3  # NeMo's Llama 3 70B, Bridge's Megatron-FSDP Llama 3 8B and its GB200 Llama 3.1 405B
     llama70 = rows.iloc[0]
     assert llama70["iter_time_s"] == pytest.approx(128 * 8192 / (1533 * 64))  # the batch at its tokens/s per GPU
     assert (llama70["tp"], llama70["pp"], llama70["dp"], llama70["cp"]) == (4, 4, 2, 2)
@@ -103,8 +104,23 @@ def test_published_configurations_take_megatrons_conventions(published):
     assert pd.isna(llama70["peak_mem_bytes"])  # not printed
     fsdp = rows.iloc[1]
     assert (fsdp["sharding"], fsdp["dp"], fsdp["tp"]) == ("fsdp_full", 8, 1)
-    assert reasons == {
-        "model Nemotron-8B fits no family": 1,
-        "fine-tuning (SFT or LoRA), not pre-training": 1,
-        "GPU DGX-GB200 has no preset": 1,
-    }
+    assert reasons == {"model Nemotron-8B fits no family": 1, "fine-tuning (SFT or LoRA), not pre-training": 1}
+
+
+def test_blackwell_configurations_run_on_their_presets_with_a_rack_as_the_nvlink_domain(published):
+    rows, _ = published
+    gb200 = rows.iloc[2]
+    assert (gb200["device_kind"], gb200["fingerprint_id"], gb200["sweep_id"]) == (
+        "gb200",
+        "gb200-nvl72",
+        "published-blackwell",
+    )
+    # 256 GPUs: four racks' 64-GPU NVLink domains; the capacity is the preset's
+    assert (gb200["nodes"], gb200["devices_per_node"], gb200["world_size"]) == (4, 64, 256)
+    assert gb200["memory_bytes"] == load_hardware("gb200-nvl72")["memory_bytes"]
+    assert gb200["iter_time_s"] == pytest.approx(1536 * 8192 / (843 * 256))
+    assert (gb200["tp"], gb200["pp"], gb200["dp"], gb200["virtual_stages"]) == (4, 16, 4, 4)
+    h100 = rows.iloc[0]
+    assert (h100["nodes"], h100["devices_per_node"], h100["fingerprint_id"]) == (8, 8, "h100-80gb")
+    with pytest.raises(ValueError, match="GPU V100-SXM2-16GB has no preset"):
+        nemo.spec_of({"gpu_type": "V100-SXM2-16GB", "notes": "pretraining; FP8"})
