@@ -5,7 +5,8 @@ run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
 family (trained on gpt and llama only); on the A100
 rows, the largest hidden size and the largest layer counts; on other GPUs (H100), the largest model and the
-largest world size. Validation is a
+largest world size; a GPU never trained on (NVIDIA's published Blackwell runs, each GPU a split of its own, from
+a model trained on every H100 row). Validation is a
 15% hash-slice of what is not test. ``all/random`` is the union of the
 domains' random splits: the served model (the champion) is trained on it, so
 one model predicts CPU and GPU plans, and its test rows are exactly those of
@@ -20,6 +21,9 @@ import numpy as np
 import pandas as pd
 
 SERVING_SPLIT = "all/random"
+# GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
+# trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
+UNMEASURED_GPUS = {"b200": "h100", "gb200": "h100", "gb300": "h100"}
 
 
 def _unit(run_id: str, salt: str) -> float:
@@ -56,6 +60,9 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     """{"cpu/random": {"train": idx, "val": idx, "test": idx}, ...}; indices into meta."""
     splits = {}
     for domain, df in meta.groupby("domain"):
+        if domain in UNMEASURED_GPUS:
+            splits |= _held_out_gpu(meta, domain)
+            continue
         rows = df.index.to_numpy()
         d = df.reset_index(drop=True)
         tests = {"random": random_test(d["run_id"])}
@@ -77,3 +84,10 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     randoms = [parts for name, parts in splits.items() if name.endswith("/random")]
     splits[SERVING_SPLIT] = {k: np.sort(np.concatenate([p[k] for p in randoms])) for k in ("train", "val", "test")}
     return splits
+
+
+def _held_out_gpu(meta: pd.DataFrame, gpu: str) -> dict[str, dict[str, np.ndarray]]:
+    """``<gpu>/held_out_gpu``: trained on every row of the GPU it is learned from, tested on all of its own."""
+    d = meta[meta["domain"].isin([gpu, UNMEASURED_GPUS[gpu]])]
+    parts = _split(d.reset_index(drop=True), (d["domain"] == gpu).reset_index(drop=True), "held_out_gpu")
+    return {f"{gpu}/held_out_gpu": {k: d.index.to_numpy()[v] for k, v in parts.items()}}

@@ -55,6 +55,30 @@ def test_the_moe_family_is_held_out_whole_and_only_where_there_is_one():
     assert "cpu/held_out_moe" not in named_splits(meta[meta.family != "moe"].reset_index(drop=True))
 
 
+def test_a_gpu_never_measured_is_only_a_test_of_a_model_trained_on_the_h100_rows():
+    n = 40
+    meta = pd.DataFrame(
+        {
+            "run_id": [f"run{i}" for i in range(n)],
+            "domain": ["h100"] * 30 + ["gb200"] * 6 + ["cpu"] * 4,
+            "family": "llama",
+            "source": "s",
+            "num_params": range(n),
+            "world_size": 8,
+            "pp_schedule": None,
+            "sharding": "none",
+        }
+    )
+    splits = named_splits(meta)
+    assert "gb200/random" not in splits and "gb200/held_out_gpu" in splits
+    parts = splits["gb200/held_out_gpu"]
+    assert list(parts["test"]) == list(range(30, 36))  # every GB200 row, and nothing else
+    assert set(meta.loc[np.concatenate([parts["train"], parts["val"]]), "domain"]) == {"h100"}
+    assert len(parts["train"]) + len(parts["val"]) == 30
+    serving = np.concatenate(list(splits["all/random"].values()))
+    assert not (meta.loc[serving, "domain"] == "gb200").any()  # the served model never learns from them
+
+
 @pytest.mark.parametrize("name", BASELINE_NAMES)
 def test_every_baseline_fits_and_predicts_positive_times_where_it_prices_time(vtrain_dataset, name):
     dataset = vtrain_dataset
