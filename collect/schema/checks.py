@@ -241,11 +241,12 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     kept = [f"plan.{k}" for k in ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads") if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
+    kept += ["plan.attention 'eager'"] if p.attention == "eager" else []
     if kept:
         problems.append(
             f"{', '.join(kept)}: predicted only, the collector runs torch's conventions (DTensor saves gathered "
             "inputs; pipelining holds its buffers per micro-batch and splits by layers; weights, gradients and "
-            "their reduction stay in the workload's dtype)"
+            "their reduction stay in the workload's dtype; attention runs torch's fused SDPA)"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(

@@ -14,6 +14,7 @@ DType = Literal["float32", "bfloat16", "float16"]
 Float8 = Literal["none", "tensorwise", "rowwise"]
 Framework = Literal["torch", "megatron", "nanotron", "torchtitan"]
 PipelineSplit = Literal["layers", "weights"]
+Attention = Literal["flash", "eager"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from collect.schema.choices import PipelineSchedule, PipelineSplit, Recompute, Sharding, Strict
+from collect.schema.choices import Attention, PipelineSchedule, PipelineSplit, Recompute, Sharding, Strict
 
 # the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
 CONVENTIONS = (
@@ -17,6 +17,7 @@ CONVENTIONS = (
     "fp32_master_weights",
     "fp32_grads",
     "pipeline_split",
+    "attention",
 )
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
@@ -84,6 +85,11 @@ class Plan(Strict):
     as a layer each where they do not divide (Megatron, torchtitan, the collector). weights: stages balanced by
     weights, the head counting vocab x hidden, each stage taking blocks until its share is passed (Nanotron), which
     puts more layers on the first stages."""
+    attention: Attention = "flash"
+    """How the attention core runs. flash: fused (FlashAttention, cuDNN's, torch's SDPA kernels; every framework
+    above and the collector), keeping no s x s scores. eager: the scores as a batched matmul and a softmax whose
+    output each layer keeps for backward, s x s per head and sample (Megatron before its fused attention, Hugging
+    Face's eager attention), its matmuls running over every score, the causal half too."""
 
     @model_validator(mode="before")
     @classmethod

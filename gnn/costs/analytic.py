@@ -60,6 +60,8 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
             act = (act - sharded) / (t if plan.sequence_parallel else 1) + sharded / t
     else:
         act = tokens * shape.act_bytes * db / 2
+    if plan.attention == "eager":  # the softmax's output, which both matmuls' backward read: s scores per query
+        act += tokens * s * w.heads / t * db  # and head (Korthikanti et al. 2022's 2as^2b, attention dropout aside)
     tied_alone = w.tied_embeddings and plan.num_stages == 1  # one matrix serves both ends
     return BlockCosts(
         attn_flops=tokens * shape.attn_flops,

@@ -10,7 +10,8 @@ rank (m tokens; cp shares the sequence):
   tiles, waves of one tile per SM; a skinny output splits k to fill the SMs, as cuBLAS's split-K does), and
   never faster than reading its operands and writing its result at memory bandwidth.
 - attention core: 4 s q FLOPs per token counted unhalved (gnn.costs.layers), of which a causal flash kernel runs
-  half, at the preset's ``attention_efficiency``.
+  half, at the preset's ``attention_efficiency``; eager attention (plan.attention) runs all of them as two batched
+  GEMMs and moves the s x s scores through memory. (A CPU fingerprint's measured blocks are torch's fused SDPA.)
 - element-wise work (norms, residual adds, rotary, the MLP's activation, the fp32 cross-entropy): bytes read and
   written at the datasheet bandwidth. Under sequence parallelism a tp rank normalises 1/tp of the tokens.
 - a gap per kernel launched (ASSUMED_KERNEL_GAP_S).
@@ -91,10 +92,21 @@ def forward_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rates: tu
         return (
             g.gemm_seconds(m, d, q + 2 * kv, linear, db)
             + g.gemm_seconds(m, q, d, linear, db)
-            + g.attention_seconds(4 * w.seq_len * q * m, other)
+            + _core_seconds(g, w, plan, m, q, other, db)
             + g.bytes_seconds(norm_add + 4 * m * (q + kv) * db, KERNELS["attn"] - 3)  # rotary on q and k
         )
     return _mlp_seconds(g, w, plan, m, linear, db) + g.bytes_seconds(norm_add, 2)
+
+
+def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, q: float, rate: float, db: int) -> float:
+    """The attention core: fused (causal half, at attention_efficiency), or eager (plan.attention): the scores'
+    two batched matmuls over every score at GEMM efficiency, and the scores written, softmaxed in place (read and
+    written) and read by the value product."""
+    flops = 4 * w.seq_len * q * m
+    if plan.attention == "flash":
+        return g.attention_seconds(flops, rate)
+    scores = m * w.seq_len * q / w.head_size
+    return flops / (rate * g.gemm_efficiency) + g.bytes_seconds(4 * scores * db, 3)
 
 
 def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:

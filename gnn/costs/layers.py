@@ -9,7 +9,8 @@ Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalve
   and the shared ones, each a SwiGLU of expert_ffn_hidden; under expert parallelism the busiest rank computes
   expert_imbalance times the mean.
 Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
-tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores): each norm's input
+tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores; plan.attention 'eager' adds
+them in gnn.costs.analytic): each norm's input
 and output (4d; sequence parallelism: _norm_bytes), q, k, v and the attention output (2(2q + 2kv)); SwiGLU's
 input and its w1, silu, w3 and product outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and
 its expert's output (4d).

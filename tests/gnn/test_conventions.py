@@ -6,6 +6,7 @@ import pytest
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems, framework_conventions
 from gnn.costs.analytic import block_costs, state_bytes
+from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, GpuKernels, _core_seconds
 from gnn.costs.hardware import hardware_model
 from gnn.sim.truncate import simulate_plan
 
@@ -194,3 +195,40 @@ def test_extrapolated_times_stay_positive_when_the_busiest_rank_changes():
     cluster = Cluster(devices_per_node=8, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**37)
     sim = simulate_plan(w, plan, cluster, hardware_model("h100-80gb"))[1]
     assert min(sim.compute_s, sim.comm_s, sim.exposed_comm_s, sim.iter_time_s) >= 0
+
+
+def test_eager_attention_keeps_the_scores_by_hand_and_only_the_collector_refuses_it():
+    """Eager attention keeps each layer's softmax output: s scores per query token and head, over tp, in bf16
+    (Korthikanti et al. 2022's 2as^2b); fused (flash) attention keeps none. Checked against the simulated peak of
+    a one-stage plan, which holds every layer's activations once the forward ends."""
+    w, s, heads, t = _llama(seq_len=256), 256, 4, 2
+    flash, eager = Plan(tp=t), Plan(tp=t, attention="eager")
+    scores = s * s * heads / t * 2
+    assert block_costs(w, eager).activation_bytes_per_layer - block_costs(w, flash).activation_bytes_per_layer == (
+        pytest.approx(scores)
+    )
+    cluster = Cluster(devices_per_node=2, device="cuda", device_kind="h100", backend="nccl", memory_bytes=2**36)
+    hw = hardware_model("h100-80gb")
+    peaks = [simulate_plan(w, p, cluster, hw, None)[1].peak_mem_per_rank[0] for p in (flash, eager)]
+    assert peaks[1] - peaks[0] == pytest.approx(4 * scores)  # 4 layers
+    # recompute drops them with the rest of the attention core (selective) or the whole block (full)
+    for recompute in ("selective", "full"):
+        plans = [Plan(tp=t, recompute=recompute, attention=a) for a in ("flash", "eager")]
+        peaks = [simulate_plan(w, p, cluster, hw, None)[1].peak_mem_per_rank[0] for p in plans]
+        assert peaks[1] == pytest.approx(peaks[0], rel=1e-9, abs=scores / 2)
+    assert any("plan.attention 'eager'" in p for p in collect_problems(w, eager, cluster))
+    assert not any("attention" in p for p in collect_problems(w, flash, cluster))
+    with pytest.raises(ValueError, match="attention"):
+        Plan(attention="sdpa")
+
+
+def test_eager_attention_runs_every_score_at_gemm_rate_and_moves_them_through_memory():
+    """On an H100 preset: the fused core runs the causal half of 4 s q FLOPs per token at attention_efficiency;
+    eager runs all of them at gemm_efficiency and writes, softmaxes (reads and writes) and reads the scores."""
+    w, m, q = _llama(seq_len=4096), 4096.0, 64.0
+    k = GpuKernels(sms=132, gemm_efficiency=0.8, attention_efficiency=0.35, memory_bandwidth=3.35e12)
+    rate, flops, scores = 989.4e12, 4 * 4096 * 64 * 4096.0, 4096 * 4096 * 4.0  # 4 heads of 16
+    fused = _core_seconds(k, w, Plan(), m, q, rate, 2)
+    eager = _core_seconds(k, w, Plan(attention="eager"), m, q, rate, 2)
+    assert fused == pytest.approx(0.5 * flops / (rate * 0.35) + ASSUMED_KERNEL_GAP_S)
+    assert eager == pytest.approx(flops / (rate * 0.8) + 4 * scores * 2 / 3.35e12 + 3 * ASSUMED_KERNEL_GAP_S)
