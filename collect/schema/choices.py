@@ -35,9 +35,10 @@ def framework_conventions(
     Megatron (and NeMo, which runs it) and Nanotron: vocabulary-parallel cross entropy, only the loss kept by the
     pipeline, whose buffers live only while used, sequence-parallel inputs gathered again in backward, and in a
     2-byte dtype fp32 master weights and gradients (Megatron's arguments turn on fp32 gradient accumulation for
-    bf16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan: loss parallelism (on unless disabled,
-    with tp), torch's pipeline schedule and DTensor's sequence parallelism, FSDP2's mixed precision (fp32 sharded
-    parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by weights (plan.pipeline_split)."""
+    bf16 only, so its fp16 gradients stay fp16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan:
+    loss parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence parallelism,
+    FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by
+    weights (plan.pipeline_split). Every framework runs fused attention (plan.attention, the default)."""
     torch = framework == "torch"
     half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
     return {
@@ -46,7 +47,9 @@ def framework_conventions(
         "pipeline_holds_buffers": framework in ("torch", "torchtitan"),
         "sequence_parallel_regather": sequence_parallel and framework in ("megatron", "nanotron"),
         "fp32_master_weights": half,
-        "fp32_grads": half,
+        # Megatron accumulates fp16 gradients in fp16 unless told otherwise (--accumulate-allreduce-grads-in-fp32
+        # is off by default and forced on only for bf16)
+        "fp32_grads": half and not (framework == "megatron" and dtype == "float16"),
         "pipeline_split": "weights" if framework == "nanotron" else "layers",
     }
 

@@ -94,6 +94,8 @@ def test_framework_conventions_and_what_the_collector_refuses():
     }
     assert framework_conventions("nanotron", 4, True, "bfloat16")["pipeline_split"] == "weights"
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
+    fp16 = framework_conventions("megatron", 4, True, "float16")  # fp32 master weights, fp16 gradients
+    assert fp16["fp32_master_weights"] and not fp16["fp32_grads"]
     torch = framework_conventions("torch", 4, True, "bfloat16")
     assert not any(torch[k] for k in ("loss_parallel", "sequence_parallel_regather", "fp32_grads"))
     assert torch["pipeline_holds_buffers"] and torch["pipeline_keeps_outputs"]
