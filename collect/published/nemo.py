@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from collect.hardware.records import load_hardware
-from collect.published.playbook import first_reason, save
+from collect.published.rows import convert_records, save, spec_columns
 from collect.schema import RunSpec, framework_conventions
 
 TABLES = ("nemo_24.07_perf_summary_h100.csv", "megatron_bridge_perf_summary_dense.csv")
@@ -140,36 +140,18 @@ def _precision(notes: str) -> str | None:
 
 def convert(src_dir: Path) -> tuple[pd.DataFrame, Counter]:
     """(rows, reasons): the expressible configurations in the row schema, and why the others could not be."""
-    rows, reasons = [], Counter()
-    for i, r in enumerate(configurations(src_dir).to_dict("records")):
-        try:
-            spec = spec_of(r)
-        except ValueError as e:  # pydantic's ValidationError is one
-            reasons[first_reason(e)] += 1
-            continue
-        rows.append(_row(spec, r, i))
-    return pd.DataFrame(rows), reasons
+    return convert_records(configurations(src_dir).to_dict("records"), spec_of, _row)
 
 
 def _row(spec: RunSpec, r: dict, i: int) -> dict:
-    w, p, c = spec.workload, spec.plan, spec.cluster
-    tokens = w.global_batch_size * w.seq_len
+    w, c = spec.workload, spec.cluster
+    preset, _, _, sweep = GPUS[_gpu(r["gpu_type"])]
     return {
-        **w.model_dump(exclude_none=True),
-        **p.model_dump(),
-        **c.model_dump(),
-        "world_size": c.world_size,
-        "num_params": w.num_params,
-        "run_id": spec.run_id,
-        "measurement_id": f"{spec.run_id}-published{i}",
-        "repeat_group": None,
-        "sweep_id": GPUS[_gpu(r["gpu_type"])][3],
-        "fingerprint_id": GPUS[_gpu(r["gpu_type"])][0],
+        **spec_columns(spec, f"published{i}", sweep, preset),
         "status": "ok",
         "error": "",
-        "iter_time_s": tokens / (r["tokens_per_s_per_gpu"] * c.world_size),
+        "iter_time_s": w.global_batch_size * w.seq_len / (r["tokens_per_s_per_gpu"] * c.world_size),
         "peak_mem_bytes": None,  # not printed
-        "is_reference": False,
         "source": r["source"],
         "recompute": None,  # not printed
     }

@@ -27,6 +27,7 @@ from collections import Counter
 
 import pandas as pd
 
+from collect.published.rows import convert_records, save, spec_columns
 from collect.schema import RunSpec, framework_conventions
 
 PRESET = "h100-80gb"
@@ -80,44 +81,18 @@ def spec_of(row: dict) -> RunSpec:
 
 def convert(src: str) -> tuple[pd.DataFrame, Counter]:
     """(rows, reasons): the expressible rows in the row schema, and why the others could not be expressed."""
-    raw = pd.read_csv(src)
-    rows, reasons = [], Counter()
-    for i, r in enumerate(raw.to_dict("records")):
-        try:
-            spec = spec_of(r)
-        except ValueError as e:  # pydantic's ValidationError is one
-            reasons[first_reason(e)] += 1
-            continue
-        rows.append(_row(spec, r, i))
-    return pd.DataFrame(rows), reasons
-
-
-def first_reason(error: ValueError) -> str:
-    errors = getattr(error, "errors", None)
-    text = errors()[0]["msg"] if errors else str(error)
-    return text.split(";")[0].split(":")[0].removeprefix("Value error, ")
+    return convert_records(pd.read_csv(src).to_dict("records"), spec_of, _row)
 
 
 def _row(spec: RunSpec, r: dict, i: int) -> dict:
-    w, p, c = spec.workload, spec.plan, spec.cluster
     ok = r["status"] == "ok"
     return {
-        **w.model_dump(exclude_none=True),
-        **p.model_dump(),
-        **c.model_dump(),
-        "world_size": c.world_size,
-        "num_params": w.num_params,
-        "run_id": spec.run_id,
-        "measurement_id": f"{spec.run_id}-playbook{i}",
-        "repeat_group": None,
-        "sweep_id": "playbook-h100",
-        "fingerprint_id": PRESET,
+        **spec_columns(spec, f"playbook{i}", "playbook-h100", PRESET),
         "status": "ok" if ok else "failed",
         "error": "" if ok else "no result in the source (out of memory or crashed; it does not say which)",
         "iter_time_s": r["iter_time_s"] if ok else None,
         "peak_mem_bytes": r["gpu_memory_gb"] * GIB if ok else None,
         "peak_mem_pp_rank": 0,  # rank 0 logs its own peak: the first pipeline stage's
-        "is_reference": False,
         "source": SOURCE,
     }
 
@@ -134,14 +109,6 @@ def main() -> None:
         args.out,
         f"{len(df)} rows ({(df.status == 'ok').sum()} ok, {(df.status == 'failed').sum()} failed)",
     )
-
-
-def save(df: pd.DataFrame, reasons: Counter, out: str, summary: str) -> None:
-    """Write a converted source's rows and say what they hold and what could not be expressed, most common first."""
-    df.to_parquet(out, compression="zstd", index=False)
-    print(f"{out}: {summary}")
-    for reason, n in reasons.most_common():
-        print(f"  not expressible ({n}): {reason}")
 
 
 if __name__ == "__main__":
