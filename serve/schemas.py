@@ -35,8 +35,8 @@ class ClusterSpec(_Request):
     """A cluster: a datasheet preset (e.g. a100-80gb) or a measured fingerprint, and its size."""
 
     preset: str | None = None
-    """Hardware preset (a100-40gb, a100-80gb, h100-80gb, b200-180gb, gb200-nvl72, gb300-nvl72): fills device,
-    memory and links."""
+    """Hardware preset (v100-16gb, a100-40gb, a100-80gb, h100-80gb, b200-180gb, gb200-nvl72, gb300-nvl72): fills
+    device, memory and links."""
     fingerprint: str | None = None
     """Id of a measured fingerprint in data/hardware (what `make collect` records), instead of a preset."""
     nodes: int = Field(default=1, ge=1)

@@ -5,8 +5,8 @@ run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
 family (trained on gpt and llama only); on the A100
 rows, the largest hidden size and the largest layer counts; on other GPUs (H100), the largest model and the
-largest world size; a GPU never trained on (NVIDIA's published Blackwell runs, each GPU a split of its own, from
-a model trained on every H100 row). Validation is a
+largest world size; a GPU never trained on (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a
+split of its own, from a model trained on every row of the nearest GPU: H100, and A100 for V100). Validation is a
 15% hash-slice of what is not test. ``all/random`` is the union of the
 domains' random splits: the served model (the champion) is trained on it, so
 one model predicts CPU and GPU plans, and its test rows are exactly those of
@@ -23,7 +23,7 @@ import pandas as pd
 SERVING_SPLIT = "all/random"
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
-UNMEASURED_GPUS = {"b200": "h100", "gb200": "h100", "gb300": "h100"}
+UNMEASURED_GPUS = {"b200": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
 
 
 def _unit(run_id: str, salt: str) -> float:

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from collect.hardware.records import load_hardware
-from collect.published import nemo, playbook
+from collect.published import dlperf, nemo, playbook
 from gnn.dataset.rows import load_runs, row_to_spec
 
 # five rows of ../shared/data/playbook/h100_nanotron.csv, unchanged
@@ -124,3 +124,33 @@ def test_blackwell_configurations_run_on_their_presets_with_a_rack_as_the_nvlink
     assert (h100["nodes"], h100["devices_per_node"], h100["fingerprint_id"]) == (8, 8, "h100-80gb")
     with pytest.raises(ValueError, match="GPU V100-SXM2-16GB has no preset"):
         nemo.spec_of({"gpu_type": "V100-SXM2-16GB", "notes": "pretraining; FP8"})
+
+
+# rows of ../shared/data/published's DLPerf table, unchanged: a one-GPU case (time and memory), a pipelined case
+# on 32 GPUs, and a DeepSpeed row
+DLPERF = """\
+source,model,n_params,layers,hidden,heads,seq_len,vocab,global_batch,micro_batch,gpus,gpu_type,interconnect,tp,pp,dp,cp,zero_stage,recompute,schedule,measured_metric_name,measured_value,unit,notes
+Oneflow-Inc/DLPerf Megatron-LM/README.md (commit 01e43de400ab91475437b181f220777615c24253),GPT 1536x16,0.498e9,16,1536,16,2048,51200,2,2,1,V100-SXM2-16GB,"NVLink (hybrid cube mesh, NV1/NV2) intra-node; InfiniBand 100 Gb/s EDR (1 HCA/node)",1,1,1,,,,,iteration_time,464.12,ms,"case DP_1x1x1_2_1536x16; Megatron-LM commit 8aa4619f; NGC PyTorch 20.12; memory is nvidia-smi reading (PyTorch caching allocator, over-states live usage); recompute flag not stated in table"
+Oneflow-Inc/DLPerf Megatron-LM/README.md (commit 01e43de400ab91475437b181f220777615c24253),GPT 1536x16,0.498e9,16,1536,16,2048,51200,2,2,1,V100-SXM2-16GB,"NVLink (hybrid cube mesh, NV1/NV2) intra-node; InfiniBand 100 Gb/s EDR (1 HCA/node)",1,1,1,,,,,gpu_memory_nvidia_smi,14362,MiB,"case DP_1x1x1_2_1536x16; Megatron-LM commit 8aa4619f; NGC PyTorch 20.12; memory is nvidia-smi reading (PyTorch caching allocator, over-states live usage); recompute flag not stated in table"
+Oneflow-Inc/DLPerf Megatron-LM/README.md (commit 01e43de400ab91475437b181f220777615c24253),GPT 1536x16,0.498e9,16,1536,16,2048,51200,512,2,32,V100-SXM2-16GB,"NVLink (hybrid cube mesh, NV1/NV2) intra-node; InfiniBand 100 Gb/s EDR (1 HCA/node)",1,4,8,,,,,iteration_time,4893.55,ms,"case DP_PP_8x1x4_512_1536x16; Megatron-LM commit 8aa4619f; NGC PyTorch 20.12; memory is nvidia-smi reading (PyTorch caching allocator, over-states live usage); recompute flag not stated in table"
+Oneflow-Inc/DLPerf DeepSpeed/Megatron-LM/README.md (commit 017d9b1aef062b14239b2e0a68cf6a6cb47ce43e),GPT-2 small (script default),,12,768,12,,,32,4,8,V100-SXM2-16GB,InfiniBand 100 Gb/s (same 4-node cluster),1,1,8,,0,off (script default),,gpu_memory_nvidia_smi,15387,MB,"DeepSpeedExamples Megatron-LM GPT-2 (deepspeed 0.3.0+7d4d742, torch 1.6); test date 20201205; model = script default gpt2-small (not restated in result table); seq len not stated (script default); memory = nvidia-smi; global batch derived = 4 x gpus"
+"""  # noqa: E501
+
+
+def test_dlperf_cases_run_2021_megatron_on_the_v100_preset(tmp_path):
+    src = tmp_path / "dlperf.csv"
+    src.write_text(DLPERF)
+    rows, reasons = dlperf.convert(str(src))
+    assert len(rows) == 2 and (rows["fingerprint_id"] == "v100-16gb").all() and rows["peak_mem_bytes"].isna().all()
+    one, piped = rows.iloc[0], rows.iloc[1]
+    assert one["iter_time_s"] == pytest.approx(0.46412) and one["world_size"] == 1
+    assert (piped["tp"], piped["pp"], piped["dp"], piped["nodes"], piped["num_microbatches"]) == (1, 4, 8, 4, 32)
+    # the benchmark script's --fp16 and --checkpoint-activations; Megatron's fused softmax writes the scores out
+    assert (piped["dtype"], piped["recompute"], piped["attention"], piped["pp_schedule"]) == (
+        "float16",
+        "full",
+        "eager",
+        "1f1b",
+    )
+    assert piped["fp32_master_weights"] and not piped["fp32_grads"] and not piped["pipeline_holds_buffers"]
+    assert reasons == {"DeepSpeed's GPT-2 small at its script's defaults: no sequence or iteration time": 1}
