@@ -5,6 +5,7 @@ import pytest
 
 from collect.hardware.records import load_hardware
 from collect.published import dlperf, nemo, playbook
+from collect.report import noise_floor, render, twin_groups
 from gnn.dataset.rows import load_runs, row_to_spec
 
 # five rows of ../shared/data/playbook/h100_nanotron.csv, unchanged
@@ -154,3 +155,29 @@ def test_dlperf_cases_run_2021_megatron_on_the_v100_preset(tmp_path):
     )
     assert piped["fp32_master_weights"] and not piped["fp32_grads"] and not piped["pipeline_holds_buffers"]
     assert reasons == {"DeepSpeed's GPT-2 small at its script's defaults: no sequence or iteration time": 1}
+
+
+# rows of ../shared/data/playbook/h100_nanotron.csv, unchanged: one 80B plan with ZeRO-1 and without, the same
+# plan at another micro-batch size, and a failed run of it at a third
+TWINS = """\
+model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,vocab,tied_embeddings,seq_len,dtype,nodes,devices_per_node,gpus,dp,tp,pp,zero_stage,micro_batch_size,grad_acc,global_batch_size,global_batch_size_printed,status,tokens_per_s_per_gpu,mfu_pct,gpu_memory_gb,iter_time_s
+80B,80.0,80,8192,64,64,28672,128256,False,4096,bfloat16,32,8,256,8,8,4,1,1,32,256,256,ok,268.0,13.9,48.6,15.283582089552239
+80B,80.0,80,8192,64,64,28672,128256,False,4096,bfloat16,32,8,256,8,8,4,0,1,32,256,256,ok,223.0,10.3,62.7,18.367713004484305
+80B,80.0,80,8192,64,64,28672,128256,False,4096,bfloat16,32,8,256,8,8,4,1,2,16,256,256,ok,155.0,8.0,60.6,26.425806451612903
+80B,80.0,80,8192,64,64,28672,128256,False,4096,bfloat16,32,8,256,8,8,4,1,4,8,256,256,failed,,,,
+"""  # noqa: E501
+
+
+def test_twins_are_one_plan_with_and_without_zero1_and_their_spread_is_the_twin_floor(tmp_path):
+    src = tmp_path / "h100_nanotron.csv"
+    src.write_text(TWINS)
+    rows, _ = playbook.convert(str(src))
+    groups = twin_groups(rows)
+    assert groups.iloc[0] == groups.iloc[1] and groups.iloc[2:].isna().all()
+    floor = noise_floor(rows.assign(twin_group=groups), "iter_time_s", "twin_group").iloc[0]
+    a, b = rows["iter_time_s"].iloc[:2]
+    # each twin's deviation from the pair's median (their mean) is |a - b| / (a + b)
+    assert (floor["groups"], floor["measurements"]) == (1, 2)
+    assert floor["mean_rel_dev"] == pytest.approx(abs(a - b) / (a + b)) == pytest.approx(0.0916, abs=1e-4)
+    assert twin_groups(rows.assign(device="cpu")).isna().all()  # a CPU's optimizer step is no small part
+    assert "twin floor" in render(rows, markdown=False)  # published rows carry no collection times
