@@ -16,8 +16,10 @@ served ensemble's members combined by their median instead of their mean. GNN re
 under build/evaluate/, keyed on the data, the code and the config, so an interrupted run resumes.
 
 Records: {predictor, domain, split, target (time | memory | oom | ranking), n,
-mape, mdape, gmae, p90, max, coverage, ...}, plus the measured noise floor of
-each CPU split's test rows (predictor noise_floor).
+mape, mdape, gmae, p90, max, coverage, ...}, plus the measured floor under each split's error: the noise
+floor of each CPU split's test rows (predictor noise_floor: repeats of one plan), and on GPU splits the twin
+floor (predictor twin_floor: runs that differ only between plain data parallel and ZeRO-1, which no predictor
+can tell apart; collect.report).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from collect import REPO
-from collect.report import noise_floor
+from collect.report import noise_floor, twin_groups
 from gnn.dataset.graphs import PlanGraphs
 from gnn.dataset.splits import SERVING_SPLIT, named_splits
 from gnn.inference.predictor import BatchPredictor
@@ -120,35 +122,47 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
     return records
 
 
+MIN_TWINS = 10  # a twin floor over fewer runs is a handful of plans, too few to show
+
+
 def noise_records(meta: pd.DataFrame, splits: dict) -> list[dict]:
+    """The floor under each split's error: on CPU splits, how far repeats of one plan differ (time and memory);
+    on GPU splits, whose runs are never repeated, how far twins differ (collect.report.twin_groups; time only,
+    as ZeRO-1 does change memory)."""
     records = []
     for split, parts in splits.items():
         domain, name = split.split("/", 1)
         test = meta.loc[parts["test"]]
-        if domain != "cpu" or test["repeat_group"].isna().all():
-            continue
-        # memory is not exact either: FSDP's peaks move with when gloo's asynchronous collectives free buffers
-        for target, column in (("time", "iter_time_s"), ("memory", "peak_mem_bytes")):
-            floor = noise_floor(test, column).iloc[0]
-            records.append(
-                {
-                    "predictor": "noise_floor",
-                    "domain": domain,
-                    "split": name,
-                    "target": target,
-                    "n": int(floor["measurements"]),
-                    "mape": float(floor["mean_rel_dev"]),
-                    "mdape": float(floor["median_rel_dev"]),
-                }
-            )
+        if domain == "cpu" and test["repeat_group"].notna().any():
+            # memory is not exact either: FSDP's peaks move with when gloo's asynchronous collectives free buffers
+            for target, column in (("time", "iter_time_s"), ("memory", "peak_mem_bytes")):
+                records.append(_floor_record("noise_floor", noise_floor(test, column), domain, name, target))
+        elif domain not in ("cpu", "all"):
+            floor = noise_floor(test.assign(twin_group=twin_groups(test)), "iter_time_s", "twin_group")
+            if floor["measurements"].iloc[0] >= MIN_TWINS:
+                records.append(_floor_record("twin_floor", floor, domain, name, "time"))
     return records
+
+
+def _floor_record(predictor: str, floor: pd.DataFrame, domain: str, split: str, target: str) -> dict:
+    overall = floor.iloc[0]
+    return {
+        "predictor": predictor,
+        "domain": domain,
+        "split": split,
+        "target": target,
+        "n": int(overall["measurements"]),
+        "mape": float(overall["mean_rel_dev"]),
+        "mdape": float(overall["median_rel_dev"]),
+    }
 
 
 def table(records: list[dict]) -> str:
     df = pd.DataFrame(records)
     errors = df[df.target.isin(["time", "memory"])]
     lines = [
-        "MAPE % on test rows (noise_floor: mean relative deviation of repeated measurements of one plan)",
+        "MAPE % on test rows (noise_floor: mean relative deviation of repeated measurements of one plan; twin_floor:"
+        " of twin runs, DDP and ZeRO-1 of one plan)",
         (
             errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values="mape", aggfunc="first")
             * 100
@@ -156,7 +170,7 @@ def table(records: list[dict]) -> str:
         .round(1)
         .to_string(),
         "",
-        "median APE % (noise_floor: median relative deviation)",
+        "median APE % (noise_floor, twin_floor: median relative deviation)",
         (
             errors.pivot_table(
                 index=["domain", "split", "target"], columns="predictor", values="mdape", aggfunc="first"
