@@ -39,6 +39,7 @@ from collect import REPO
 from collect.report import noise_floor, twin_groups
 from gnn.dataset.graphs import PlanGraphs
 from gnn.dataset.splits import SERVING_SPLIT, named_splits
+from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.model.ensemble import Ensemble
 from gnn.predictors.registry import BASELINE_NAMES, REGISTRY
@@ -100,7 +101,8 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
         ensemble = train_ensemble(ds, parts, cfg, progress=False)
     CACHE.mkdir(parents=True, exist_ok=True)
     # the model is kept: experiments/search_proof.py searches with the model that never saw the held-out shape
-    BatchPredictor(ensemble, ds.hardware_dir, {"split": split, "config": asdict(cfg)}).save(model)
+    info = {"split": split, "config": asdict(cfg), "trained_range": training_range(ds.meta.loc[parts["train"]])}
+    BatchPredictor(ensemble, ds.hardware_dir, info).save(model)
     records, frames = ensemble_records(ensemble, ds, parts, split, predictor=name, which=("test",))
     if len(ensemble.members) > 1:
         # its first member alone (seed 0) is a single model: the like-for-like partner of a one-member ablation;

@@ -16,6 +16,7 @@ from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
 from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import row_to_spec
+from gnn.inference.coverage import outside, spec_values
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
 from gnn.model import checkpoint
 from gnn.model.ensemble import Ensemble
@@ -99,7 +100,7 @@ class BatchPredictor:
         self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
     ) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
-        load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, in the caller, not in a worker
+        record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
         parts = {}
         workers = default_workers(len(specs)) if workers is None else workers
         with self.pool.forward_threads(workers):
@@ -121,7 +122,17 @@ class BatchPredictor:
         out["bubble_frac"] = sim["sim_bubble_s"] / total
         out["exposed_frac"] = sim["sim_exposed_s"] / total
         out["comm_s_at_full_bandwidth"] = sim["sim_comm_s"]
+        out["extrapolation"] = self.extrapolation(specs, record)
         return out
+
+    def extrapolation(self, specs: list[RunSpec], record: dict) -> list[list[str] | None]:
+        """Per spec, what of it lies outside the model's training rows (gnn.inference.coverage); None for a model
+        saved without its training range."""
+        ranges = self.info.get("trained_range")
+        if ranges is None:
+            return [None] * len(specs)
+        domain = record.get("device_kind", "cpu") if record.get("device") == "cuda" else "cpu"
+        return [outside(spec_values(s), domain, ranges) for s in specs]
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Predictions for rows in the data/runs format (each row names its hardware)."""

@@ -17,6 +17,7 @@ import pandas as pd
 from gnn.dataset.features import EDGE_DIM, NODE_FEATURES
 from gnn.dataset.splits import SERVING_SPLIT
 from gnn.graph.table import EDGE_KINDS
+from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.tracking.model_cache import tracking_uri
 from gnn.tracking.plots import scatter
@@ -96,7 +97,14 @@ def log_surrogate(
             "feature_schema.json",
         )
         predictor = BatchPredictor(
-            ensemble, ds.hardware_dir, {"run_id": run.info.run_id, "split": split, "val_selection": value}
+            ensemble,
+            ds.hardware_dir,
+            {
+                "run_id": run.info.run_id,
+                "split": split,
+                "val_selection": value,
+                "trained_range": training_range(ds.meta.loc[parts["train"]]),
+            },
         )
         info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
         registered = register and register_if_better(

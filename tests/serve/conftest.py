@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gnn.dataset.splits import named_splits
+from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.predictors.surrogate import TrainConfig, train_ensemble
 
@@ -34,7 +35,12 @@ def predictor_path(vtrain_dataset, tmp_path_factory) -> Path:
     cfg = TrainConfig(max_epochs=4, hidden=16, num_layers=2, batch_size=32, members=2)
     ensemble = train_ensemble(vtrain_dataset, small, cfg, progress=False)
     path = tmp_path_factory.mktemp("model") / "predictor.pt"
-    BatchPredictor(ensemble, REPO / "data" / "hardware", {"name": "test-model", "split": "a100/random"}).save(path)
+    info = {
+        "name": "test-model",
+        "split": "a100/random",
+        "trained_range": training_range(vtrain_dataset.meta.loc[small["train"]]),
+    }
+    BatchPredictor(ensemble, REPO / "data" / "hardware", info).save(path)
     return path
 
 

@@ -39,9 +39,16 @@ def test_predict_many_plans_in_order(server, predictor):
         lo, hi = p["iter_time_interval_s"]
         assert 0 < lo <= p["iter_time_s"] <= hi
         assert isinstance(p["fits"], bool) and set(p["breakdown"]) == {"compute", "communication_exposed", "bubble"}
+        assert isinstance(p["extrapolation"], list)  # the test model records its training range
     # plan order is kept: the same plans asked one by one give the same answers
     single = server.predict(WORKLOAD, CLUSTER, [PLANS[2]])["predictions"][0]
     assert single["iter_time_s"] == pytest.approx(preds[2]["iter_time_s"], rel=1e-5)
+
+
+def test_a_plan_outside_the_training_rows_says_what_lies_outside(server):
+    big = {**WORKLOAD, "layers": 96, "hidden": 8192, "heads": 64}
+    outside = server.predict(big, CLUSTER, [PLANS[0]])["predictions"][0]["extrapolation"]
+    assert "hidden 8.19e+03 above the largest trained on a100, 2.05e+03" in outside
 
 
 def test_invalid_plan_is_422_naming_the_field_and_rule(server):

@@ -25,7 +25,10 @@ def test_workers_give_what_inline_gives_in_plan_order(predictor):
     pooled = predictor.predict_columns(specs, "a100-80gb", workers=1)
     assert set(inline) == set(pooled)
     for name in inline:
-        np.testing.assert_array_equal(pooled[name], inline[name], err_msg=name)
+        if name == "extrapolation":  # a list of lists of phrases
+            assert pooled[name] == inline[name]
+        else:
+            np.testing.assert_array_equal(pooled[name], inline[name], err_msg=name)
 
 
 def test_featurize_returns_each_plans_own_graph_in_order(predictor):
@@ -113,3 +116,67 @@ def test_workers_end_when_the_process_that_started_them_is_killed(predictor_path
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in pids), f"workers {pids} outlived their parent"
+
+
+RANGES = {
+    "a100": {
+        "runs": 10,
+        **{k: [1.0, 8.0] for k in ("micro_batch_size", "world_size", "dp", "tp", "pp")},
+        "num_params": [2.5e8, 1.4e9],
+        "layers": [12.0, 24.0],
+        "hidden": [1024.0, 2048.0],
+        "seq_len": [1024.0, 1024.0],
+        "family": ["gpt"],
+    }
+}
+
+
+def test_extrapolation_names_each_quantity_outside_the_trained_range_and_an_unseen_gpu():
+    from gnn.inference.coverage import outside
+
+    inside = {"num_params": 3e8, "layers": 12, "hidden": 1024, "seq_len": 1024, "family": "gpt"}
+    inside |= {k: 2 for k in ("micro_batch_size", "world_size", "dp", "tp", "pp")}
+    assert outside(inside, "a100", RANGES) == []
+    assert outside(inside | {"hidden": 8192, "seq_len": 512, "family": "llama"}, "a100", RANGES) == [
+        "hidden 8.19e+03 above the largest trained on a100, 2.05e+03",
+        "seq_len 512 below the smallest trained on a100, 1.02e+03",
+        "family llama never trained on a100 (trained: gpt)",
+    ]
+    assert outside(inside, "h100", RANGES) == ["hardware h100: no training runs on it (trained on a100)"]
+
+
+def test_training_range_is_taken_per_domain_from_the_rows_and_their_parameter_count(vtrain_dataset):
+    from gnn.inference.coverage import RANGED, training_range
+
+    rows = vtrain_dataset.meta
+    ranges = training_range(rows)
+    assert set(ranges) == {"a100"} and ranges["a100"]["runs"] == len(rows)
+    assert ranges["a100"]["hidden"] == [rows["hidden"].min(), rows["hidden"].max()]
+    # vTrain's rows leave num_params out: it comes from the graph feature, which every row has
+    lo, hi = ranges["a100"]["num_params"]
+    assert 1e8 < lo < hi < 1e10 and all(np.isfinite(ranges["a100"][k]).all() for k in RANGED)
+
+
+def test_predictions_flag_a_model_larger_than_any_trained_and_a_gpu_never_trained_on(predictor):
+    spec = _specs(1)[0]
+    assert predictor.predict_columns([spec], "a100-80gb", workers=0)["extrapolation"] == [
+        outside_of(predictor, spec, "a100")
+    ]
+    big = spec.model_copy(update={"workload": spec.workload.model_copy(update={"layers": 96, "hidden": 8192})})
+    flagged = predictor.predict_columns([big], "a100-80gb", workers=0)["extrapolation"][0]
+    assert [f.split(" ")[0] for f in flagged][:3] == ["num_params", "layers", "hidden"]
+    other = predictor.predict_columns([spec], "h100-80gb", workers=0)["extrapolation"][0]
+    assert other == ["hardware h100: no training runs on it (trained on a100)"]
+
+
+def outside_of(predictor, spec, domain: str) -> list[str]:
+    from gnn.inference.coverage import outside, spec_values
+
+    return outside(spec_values(spec), domain, predictor.info["trained_range"])
+
+
+def test_a_model_saved_without_its_training_range_claims_nothing(predictor):
+    from gnn.inference.predictor import BatchPredictor
+
+    bare = BatchPredictor(predictor.ensemble, predictor.hardware_dir, {"name": "old"})
+    assert bare.predict_columns(_specs(2), "a100-80gb", workers=0)["extrapolation"] == [None, None]
