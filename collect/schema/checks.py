@@ -238,7 +238,8 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(
             f"plan.loss_parallel with plan.tp ({p.tp}) is predicted only: the collector's head gathers whole logits"
         )
-    kept = [f"plan.{k}" for k in ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads") if getattr(p, k)]
+    flags = ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads", "attention_keeps_packed_qkv")
+    kept = [f"plan.{k}" for k in flags if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
     kept += ["plan.attention 'eager'"] if p.attention == "eager" else []
@@ -246,7 +247,7 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(
             f"{', '.join(kept)}: predicted only, the collector runs torch's conventions (DTensor saves gathered "
             "inputs; pipelining holds its buffers per micro-batch and splits by layers; weights, gradients and "
-            "their reduction stay in the workload's dtype; attention runs torch's fused SDPA)"
+            "their reduction stay in the workload's dtype; attention runs torch's fused SDPA, keeping q, k and v once)"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(

@@ -18,6 +18,7 @@ CONVENTIONS = (
     "fp32_grads",
     "pipeline_split",
     "attention",
+    "attention_keeps_packed_qkv",
 )
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
@@ -90,6 +91,11 @@ class Plan(Strict):
     above and the collector), keeping no s x s scores. eager: the scores as a batched matmul and a softmax whose
     output each layer keeps for backward, s x s per head and sample (Megatron before its fused attention, Hugging
     Face's eager attention), its matmuls running over every score, the causal half too."""
+    attention_keeps_packed_qkv: bool = False
+    """With multi-head attention (workload kv_heads = heads): the attention core saves q as a view of the copy that
+    q, k and v are rearranged into after their projection, so that copy stays whole beside k and v's own copy: k
+    and v are kept twice (Nanotron's CausalSelfAttention, which rotates q in place in that copy and copies k and v
+    out for the rotary). False: q, k and v are kept once each (the collector's, torchtitan's)."""
 
     @model_validator(mode="before")
     @classmethod

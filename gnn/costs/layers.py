@@ -10,10 +10,10 @@ Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalve
   expert_imbalance times the mean.
 Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
 tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores; plan.attention 'eager' adds
-them in gnn.costs.analytic): each norm's input
-and output (4d; sequence parallelism: _norm_bytes), q, k, v and the attention output (2(2q + 2kv)); SwiGLU's
-input and its w1, silu, w3 and product outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and
-its expert's output (4d).
+them in gnn.costs.analytic): each norm's input and output (4d; sequence parallelism: _norm_bytes), q, k, v and
+the attention output (2(2q + 2kv); Nanotron keeps k and v twice: _packed_qkv_bytes); SwiGLU's input and its w1,
+silu, w3 and product outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and its expert's output
+(4d).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         mlp = tuple((1 - moe) * a + moe * b for a, b in zip(mlp, moe_mlp))
         a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep
     mlp_flops, mlp_params, mlp_act = mlp
-    act = _norm_bytes(d, plan) + 2 * (2 * q + 2 * kv) / t + mlp_act  # norms, q, k, v, attention output, MLP
+    act = _norm_bytes(d, plan) + 2 * (2 * q + 2 * kv) / t + _packed_qkv_bytes(q, kv, t, plan) + mlp_act
     params = attn_params + mlp_params
     return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, gemm, a2a, ring)
 
@@ -75,6 +75,12 @@ def _norm_bytes(d: int, plan: Plan) -> float:
     if not plan.sequence_parallel:
         return 8 * d
     return 8 * d / plan.tp + (0 if plan.sequence_parallel_regather else 4 * d)
+
+
+def _packed_qkv_bytes(q: int, kv: int, t: int, plan: Plan) -> float:
+    """k and v kept a second time: in the packed q, k, v copy that the saved q is a view of, under multi-head
+    attention (plan.attention_keeps_packed_qkv; grouped-query attention copies q out on its own there)."""
+    return 2 * 2 * kv / t if plan.attention_keeps_packed_qkv and kv == q else 0.0
 
 
 def _mlp(d: int, ffn: int, t: int) -> float:

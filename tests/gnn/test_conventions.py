@@ -50,6 +50,21 @@ def test_sequence_parallel_norms_by_hand():
     assert torch_sp - regather == pytest.approx(tokens * 4 * d)
 
 
+def test_nanotron_keeps_k_and_v_twice_under_multi_head_attention_by_hand():
+    """Nanotron saves q as a view of the packed q, k, v copy, beside k and v's own copy: 2 x 2 kv / tp more bytes
+    per token at bf16 (kv = kv_heads x head_dim = 64 here); grouped-query attention copies q out alone, adding
+    nothing."""
+    tokens, packed = 32, dict(attention_keeps_packed_qkv=True)
+
+    def extra(**workload) -> float:
+        w = _llama(**workload)
+        kept = [block_costs(w, Plan(tp=2, **flag)).activation_bytes_per_layer for flag in ({}, packed)]
+        return kept[1] - kept[0]
+
+    assert extra() == pytest.approx(tokens * 2 * 2 * 64 / 2)
+    assert extra(kv_heads=2) == 0.0
+
+
 def _pipeline_peak(microbatches: int, holds: bool) -> list[float]:
     w = _llama(global_batch_size=microbatches)
     plan = Plan(pp=2, num_microbatches=microbatches, pipeline_keeps_outputs=False, pipeline_holds_buffers=holds)
@@ -91,8 +106,10 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "fp32_master_weights": True,
         "fp32_grads": True,
         "pipeline_split": "layers",
+        "attention_keeps_packed_qkv": False,
     }
-    assert framework_conventions("nanotron", 4, True, "bfloat16")["pipeline_split"] == "weights"
+    nanotron = framework_conventions("nanotron", 4, True, "bfloat16")
+    assert nanotron["pipeline_split"] == "weights" and nanotron["attention_keeps_packed_qkv"]
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
     fp16 = framework_conventions("megatron", 4, True, "float16")  # fp32 master weights, fp16 gradients
     assert fp16["fp32_master_weights"] and not fp16["fp32_grads"]
@@ -106,6 +123,8 @@ def test_framework_conventions_and_what_the_collector_refuses():
         _llama(global_batch_size=2), Plan(pp=2, num_microbatches=2, pipeline_split="weights"), cluster
     )
     assert any("plan.pipeline_split 'weights'" in p for p in split)
+    packed = collect_problems(_llama(global_batch_size=1), Plan(attention_keeps_packed_qkv=True), cluster)
+    assert any("plan.attention_keeps_packed_qkv: predicted only" in p for p in packed)
 
 
 @pytest.mark.parametrize(
