@@ -6,6 +6,8 @@ import torch
 
 from gnn.costs.hardware import hardware_model
 from gnn.dataset.graphs import featurize_spec
+from gnn.inference.coverage import RANGED, outside, spec_values, training_range
+from gnn.inference.predictor import BatchPredictor
 from gnn.inference.workers import CHUNK, KNOWN
 from serve.schemas import SearchRequest
 from serve.search.study import space_of
@@ -132,8 +134,6 @@ RANGES = {
 
 
 def test_extrapolation_names_each_quantity_outside_the_trained_range_and_an_unseen_gpu():
-    from gnn.inference.coverage import outside
-
     inside = {"num_params": 3e8, "layers": 12, "hidden": 1024, "seq_len": 1024, "family": "gpt"}
     inside |= {k: 2 for k in ("micro_batch_size", "world_size", "dp", "tp", "pp")}
     assert outside(inside, "a100", RANGES) == []
@@ -146,8 +146,6 @@ def test_extrapolation_names_each_quantity_outside_the_trained_range_and_an_unse
 
 
 def test_training_range_is_taken_per_domain_from_the_rows_and_their_parameter_count(vtrain_dataset):
-    from gnn.inference.coverage import RANGED, training_range
-
     rows = vtrain_dataset.meta
     ranges = training_range(rows)
     assert set(ranges) == {"a100"} and ranges["a100"]["runs"] == len(rows)
@@ -170,13 +168,9 @@ def test_predictions_flag_a_model_larger_than_any_trained_and_a_gpu_never_traine
 
 
 def outside_of(predictor, spec, domain: str) -> list[str]:
-    from gnn.inference.coverage import outside, spec_values
-
     return outside(spec_values(spec), domain, predictor.info["trained_range"])
 
 
 def test_a_model_saved_without_its_training_range_claims_nothing(predictor):
-    from gnn.inference.predictor import BatchPredictor
-
     bare = BatchPredictor(predictor.ensemble, predictor.hardware_dir, {"name": "old"})
     assert bare.predict_columns(_specs(2), "a100-80gb", workers=0)["extrapolation"] == [None, None]
