@@ -238,7 +238,13 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(
             f"plan.loss_parallel with plan.tp ({p.tp}) is predicted only: the collector's head gathers whole logits"
         )
-    flags = ("sequence_parallel_regather", "fp32_master_weights", "fp32_grads", "attention_keeps_packed_qkv")
+    flags = (
+        "sequence_parallel_regather",
+        "fp32_master_weights",
+        "fp32_grads",
+        "attention_keeps_packed_qkv",
+        "tp_layer_latency",
+    )
     kept = [f"plan.{k}" for k in flags if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []

@@ -38,8 +38,9 @@ def framework_conventions(
     bf16 only, so its fp16 gradients stay fp16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan:
     loss parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence parallelism,
     FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by
-    weights (plan.pipeline_split) and keeps multi-head attention's packed q, k and v whole
-    (plan.attention_keeps_packed_qkv). Every framework runs fused attention (plan.attention, the default)."""
+    weights (plan.pipeline_split), keeps multi-head attention's packed q, k and v whole
+    (plan.attention_keeps_packed_qkv) and waits a latency per layer that grows with tp (plan.tp_layer_latency).
+    Every framework runs fused attention (plan.attention, the default)."""
     torch = framework == "torch"
     half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
     return {
@@ -53,6 +54,7 @@ def framework_conventions(
         "fp32_grads": half and not (framework == "megatron" and dtype == "float16"),
         "pipeline_split": "weights" if framework == "nanotron" else "layers",
         "attention_keeps_packed_qkv": framework == "nanotron",
+        "tp_layer_latency": framework == "nanotron",
     }
 
 

@@ -19,6 +19,7 @@ CONVENTIONS = (
     "pipeline_split",
     "attention",
     "attention_keeps_packed_qkv",
+    "tp_layer_latency",
 )
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
@@ -96,6 +97,14 @@ class Plan(Strict):
     q, k and v are rearranged into after their projection, so that copy stays whole beside k and v's own copy: k
     and v are kept twice (Nanotron's CausalSelfAttention, which rotates q in place in that copy and copies k and v
     out for the rotary). False: q, k and v are kept once each (the collector's, torchtitan's)."""
+    tp_layer_latency: bool = False
+    """With tp: every layer of every micro-batch waits a latency that grows with tp - 1, far longer under pipeline
+    parallelism, whatever the model's size or the micro-batch's. Measured, with no mechanism known, in the
+    Ultra-Scale Playbook's Nanotron runs: on the 1.3B and the 3.6B model alike, time per layer and micro-batch
+    plateaus near 4 ms x (tp - 1) with pp > 1 at tp 8 and 16 (more at tp 32) and 0.5 to 0.65 ms x (tp - 1)
+    without. Megatron's published runs (vTrain's, NeMo's) take less time in all than that latency alone would.
+    Priced only by the fitted models, whose coefficients for it come from training rows (gnn.costs.efficiency);
+    the simulator leaves it out. False: no such latency (the collector's, Megatron's, torchtitan's)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -187,6 +187,7 @@ def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, fl
     f.update({name: float(p.pp_schedule == s) for name, s in _SCHEDULE_NAMES})
     f["sequence_parallel"] = float(p.sequence_parallel)
     f["float8_all_gather"] = float(p.float8_all_gather)
+    f["tp_layer_latency"] = float(p.tp_layer_latency)  # a convention priced only by the fitted time models
     f.update(_setting_features(w, spec.cluster, hw))
     f["log_analytic_mem"] = math.log(analytic_peak_bytes(w, p))
     f.update({k: float(v) for k, v in flags.items()})

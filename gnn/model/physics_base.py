@@ -2,9 +2,9 @@
 
 The raw simulator is a poor base for iteration time on some hardware (48% MAPE
 on the A100 rows, worse on unseen widths), because its absolute costs assume
-datasheet peak throughput. The analytical model (gnn.costs.efficiency) fits five
+datasheet peak throughput. The analytical model (gnn.costs.efficiency) fits seven
 non-negative efficiencies (compute, communication, pipeline bubble, per-layer
-launch overhead, constant) to the training rows and generalises to unseen
+launch overhead, constant, a framework's latency per layer) to the training rows and generalises to unseen
 shapes at 11-16%. Fitted per hardware domain on the training rows only, it
 gives the network a calibrated starting point, so the network learns what
 even the fitted physics misses.
@@ -27,14 +27,17 @@ COLUMNS = (
     "f_log2_virtual_stages",
     "f_log_layers",
     "f_cuda",
+    "f_log2_tp",
+    "f_tp_layer_latency",
 )
+TERMS = 7  # gnn.costs.efficiency.time_terms
 
 
 class AnalyticalTimeBase(nn.Module):
     def __init__(self, feature_names: list[str]):
         super().__init__()
         self.index = [feature_names.index(c) for c in COLUMNS]
-        self.register_buffer("coef", torch.zeros(2, 5, dtype=torch.float64))  # [domain CPU / CUDA, term]
+        self.register_buffer("coef", torch.zeros(2, TERMS, dtype=torch.float64))  # [domain CPU / CUDA, term]
 
     def fit(self, train: pd.DataFrame) -> None:
         for domain in (0, 1):
@@ -50,9 +53,12 @@ class AnalyticalTimeBase(nn.Module):
         c = u[:, self.index].double()
         compute, comm = torch.exp(c[:, 0]), torch.exp(c[:, 1])
         pp, nmb, v = 2 ** c[:, 2], 2 ** c[:, 3], 2 ** c[:, 4]
-        layers = torch.exp(c[:, 5])
+        layers, tp, latency_flag = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8]
+        ops = layers * nmb / pp
+        latency = ops * (tp - 1) * latency_flag
         terms = torch.stack(
-            [compute, comm, compute * (pp - 1) / (nmb * v), layers * nmb / pp, torch.ones_like(compute)], 1
+            [compute, comm, compute * (pp - 1) / (nmb * v), ops, torch.ones_like(compute), latency, latency * (pp > 1)],
+            1,
         )
         coef = self.coef[(c[:, 6] > 0.5).long()]
         return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()

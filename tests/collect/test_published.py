@@ -43,6 +43,7 @@ def test_playbook_rows_keep_what_the_source_measured(converted):
     assert big["sequence_parallel"] and big["sequence_parallel_regather"] and big["recompute"] == "none"
     assert big["fp32_master_weights"] and big["fp32_grads"] and big["pipeline_split"] == "weights"
     assert big["attention_keeps_packed_qkv"] and big["kv_heads"] == big["heads"]  # the script's multi-head attention
+    assert big["tp_layer_latency"]
     assert not first["sequence_parallel"] and not first["sequence_parallel_regather"]  # tp 1
     assert pd.isna(rows.iloc[1]["iter_time_s"]) and "no result" in rows.iloc[1]["error"]
     # 80 layers on 128 stages: Nanotron's split by weights gives the first 80 one each and leaves the rest empty

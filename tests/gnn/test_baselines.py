@@ -137,7 +137,9 @@ def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
     from gnn.model.physics_base import AnalyticalTimeBase
     from gnn.predictors.baselines import AnalyticalPredictor
 
-    meta = vtrain_dataset.meta
+    meta = vtrain_dataset.meta.copy()
+    # every other row as a framework with a latency per layer (plan.tp_layer_latency), so its terms are compared too
+    meta["f_tp_layer_latency"] = (np.arange(len(meta)) % 2).astype(float)
     names = [c for c in meta.columns if c.startswith("f_")]
     train, rows = meta.iloc[:500], meta.iloc[500:600]
     base = AnalyticalTimeBase(names)
@@ -145,6 +147,28 @@ def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
     u = torch.tensor(rows[names].to_numpy(dtype=float), dtype=torch.float32)
     expected = AnalyticalPredictor().fit(train).predict(rows)["pred_time_s"].to_numpy()
     np.testing.assert_allclose(np.exp(base(u).numpy()), expected, rtol=1e-4)
+    assert base.coef[1, 5:].sum() > 0  # the fit used the latency terms
+
+
+def test_a_frameworks_latency_per_layer_by_hand():
+    """8 layers on 2 stages, 4 micro-batches, tp 4: 16 layer passes per rank, each waiting for tp - 1 = 3 ring
+    steps, once in all and once more because it pipelines; nothing without the convention or without tp."""
+    from gnn.costs.efficiency import time_terms
+
+    rows = pd.DataFrame(
+        {
+            "f_log_sim_compute": [0.0] * 4,
+            "f_log_sim_comm": [0.0] * 4,
+            "f_log2_pp": [1.0, 1.0, 0.0, 1.0],
+            "f_log2_num_microbatches": [2.0] * 4,
+            "f_log2_virtual_stages": [0.0] * 4,
+            "f_log2_tp": [2.0, 2.0, 2.0, 0.0],
+            "f_tp_layer_latency": [1.0, 0.0, 1.0, 1.0],
+            "layers": [8, 8, 8, 8],
+        }
+    )
+    latency = time_terms(rows)[:, 5:]
+    np.testing.assert_allclose(latency, [[48, 48], [0, 0], [96, 0], [0, 0]])
 
 
 def test_the_rule_of_thumb_by_hand():

@@ -107,9 +107,11 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "fp32_grads": True,
         "pipeline_split": "layers",
         "attention_keeps_packed_qkv": False,
+        "tp_layer_latency": False,
     }
     nanotron = framework_conventions("nanotron", 4, True, "bfloat16")
     assert nanotron["pipeline_split"] == "weights" and nanotron["attention_keeps_packed_qkv"]
+    assert nanotron["tp_layer_latency"]
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
     fp16 = framework_conventions("megatron", 4, True, "float16")  # fp32 master weights, fp16 gradients
     assert fp16["fp32_master_weights"] and not fp16["fp32_grads"]
@@ -125,6 +127,8 @@ def test_framework_conventions_and_what_the_collector_refuses():
     assert any("plan.pipeline_split 'weights'" in p for p in split)
     packed = collect_problems(_llama(global_batch_size=1), Plan(attention_keeps_packed_qkv=True), cluster)
     assert any("plan.attention_keeps_packed_qkv: predicted only" in p for p in packed)
+    latency = collect_problems(_llama(global_batch_size=1), Plan(tp_layer_latency=True), cluster)
+    assert any("plan.tp_layer_latency: predicted only" in p for p in latency)
 
 
 @pytest.mark.parametrize(
