@@ -102,7 +102,8 @@ class Plan(Strict):
     parallelism, whatever the model's size or the micro-batch's. Measured, with no mechanism known, in the
     Ultra-Scale Playbook's Nanotron runs: on the 1.3B and the 3.6B model alike, time per layer and micro-batch
     plateaus near 4 ms x (tp - 1) with pp > 1 at tp 8 and 16 (more at tp 32) and 0.5 to 0.65 ms x (tp - 1)
-    without. Megatron's published runs (vTrain's, NeMo's) take less time in all than that latency alone would.
+    without. Megatron's published runs do not pay it: some of vTrain's and NeMo's take 2.5 and 1.6 times less time
+    in all than that latency alone would.
     Priced only by the fitted models, whose coefficients for it come from training rows (gnn.costs.efficiency);
     the simulator leaves it out. False: no such latency (the collector's, Megatron's, torchtitan's)."""
 

@@ -6,9 +6,9 @@ and communication sums and the pipeline's shape, and two for a framework's
 latency per layer (plan.tp_layer_latency), each weighted by a coefficient >= 0
 fitted on relative error.
 
-The latency terms count layer passes per rank times tp - 1, the steps of a ring
-over the tensor-parallel group, once in all and once more under pipeline
-parallelism. Fitted to h100/held_out_size's training rows (the playbook's 1.3B
+The latency terms count layer passes per rank times tp - 1 (growing as a ring's
+steps over the tensor-parallel group would; the mechanism is not known), once in
+all and once more under pipeline parallelism. Fitted to h100/held_out_size's training rows (the playbook's 1.3B
 and 3.6B Nanotron runs, and NVIDIA's runs, which do not set the convention),
 they take 0.4 ms and 2.8 ms per step: the plateau both sizes show. The terms are
 zero on plans without the convention, which so leave their coefficients alone.
