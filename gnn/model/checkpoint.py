@@ -62,8 +62,15 @@ def load(path: str | Path) -> tuple[Ensemble, dict]:
         ) from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ValueError(f"{path}: not a plansight model of format {FORMAT}")
-    ensemble = build(json.loads(blob["description"]))
-    ensemble.load_state_dict(blob["state_dict"])
+    try:
+        ensemble = build(json.loads(blob["description"]))
+        ensemble.load_state_dict(blob["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        # a model saved by other code: its features, physics terms or layers are not this code's
+        raise ValueError(
+            f"{path}: a plansight model from another version of the code, which this one cannot rebuild "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); train it again on this code (make train)"
+        ) from None
     return ensemble.eval(), json.loads(blob["info"])
 
 

@@ -126,6 +126,26 @@ def test_a_saved_model_is_weights_and_loading_runs_no_code_from_the_file(ensembl
     assert not (tmp_path / "ran").exists()
 
 
+def test_a_model_saved_by_other_code_is_refused_with_what_to_do(ensemble, tmp_path):
+    """A model of the code before the latency terms: five analytical time terms, no f_tp_layer_latency."""
+    import json
+
+    from gnn.inference.predictor import BatchPredictor
+
+    path = tmp_path / "predictor.pt"
+    BatchPredictor(ensemble, info={"name": "t"}).save(path)
+    blob = torch.load(path, weights_only=True)
+    fewer_terms = {k: v[:, :5] if k.endswith("time_base.coef") else v for k, v in blob["state_dict"].items()}
+    assert any(k.endswith("time_base.coef") for k in fewer_terms)  # the members carry the analytical base
+    description = json.loads(blob["description"])
+    for member in description["members"]:
+        member["feature_names"].remove("f_tp_layer_latency")
+    for changed in ({"state_dict": fewer_terms}, {"description": json.dumps(description)}):
+        torch.save(blob | changed, tmp_path / "old.pt")
+        with pytest.raises(ValueError, match="another version of the code.*train it again on this code"):
+            BatchPredictor.load(tmp_path / "old.pt")
+
+
 def test_champion_is_rescored_when_the_graph_code_changed(
     vtrain_dataset, small_parts, ensemble, tracking, monkeypatch, capsys
 ):
