@@ -163,8 +163,9 @@ class PlanPrediction(BaseModel):
     """Shares of the busiest device's iteration, per the simulator: compute, exposed communication, bubble."""
     extrapolation: list[str] | None = None
     """What of this plan lies outside the measured runs the model was trained on, on this GPU (e.g. "num_params
-    8e+10 above the largest trained on h100, 3.57e+09"); empty when every quantity is inside. Out there the answer
-    leans on physics and its error is larger (README, Accuracy). None: the model records no training range."""
+    8e+10 above the largest trained on h100, 3.57e+09"), then what lies outside only the runs that measured a peak
+    ("peak memory: ..."); empty when every quantity is inside. Out there the answer leans on physics and its error
+    is larger (README, Accuracy). None: the model records no training range."""
 
 
 class PredictResponse(BaseModel):

@@ -155,6 +155,32 @@ def test_training_range_is_taken_per_domain_from_the_rows_and_their_parameter_co
     assert 1e8 < lo < hi < 1e10 and all(np.isfinite(ranges["a100"][k]).all() for k in RANGED)
 
 
+def test_memory_has_its_own_range_over_the_rows_that_measured_a_peak(vtrain_dataset):
+    rows = vtrain_dataset.meta.assign(peak_mem_bytes=np.nan)  # vTrain's rows measure time alone
+    assert training_range(rows)["a100"]["memory"] == {"runs": 0}
+    narrow = rows["hidden"] <= rows["hidden"].median()
+    rows.loc[narrow, "peak_mem_bytes"] = 1e9
+    memory = training_range(rows)["a100"]["memory"]
+    assert memory["runs"] == narrow.sum() < len(rows)
+    assert memory["hidden"] == [rows["hidden"].min(), rows.loc[narrow, "hidden"].max()]
+
+
+def test_memory_phrases_name_what_lies_outside_only_the_rows_with_a_measured_peak():
+    inside = {"num_params": 3e8, "layers": 12, "hidden": 2048, "seq_len": 1024, "family": "gpt"}
+    inside |= {k: 2 for k in ("micro_batch_size", "world_size", "dp", "tp", "pp")}
+    memory = RANGES["a100"] | {"runs": 4, "hidden": [1024.0, 1024.0]}
+    ranges = {"a100": RANGES["a100"] | {"memory": memory}}
+    assert outside(inside, "a100", ranges) == [
+        "peak memory: hidden 2.05e+03 above the largest with a measured peak on a100, 1.02e+03"
+    ]
+    # a quantity outside every training row is named once, for time and memory alike
+    assert outside(inside | {"hidden": 8192}, "a100", ranges) == [
+        "hidden 8.19e+03 above the largest trained on a100, 2.05e+03"
+    ]
+    ranges = {"a100": RANGES["a100"] | {"memory": {"runs": 0}}, "h100": RANGES["a100"] | {"memory": memory}}
+    assert outside(inside, "a100", ranges) == ["peak memory: no training run on a100 measured it (learned on h100)"]
+
+
 def test_predictions_flag_a_model_larger_than_any_trained_and_a_gpu_never_trained_on(predictor):
     spec = _specs(1)[0]
     assert predictor.predict_columns([spec], "a100-80gb", workers=0)["extrapolation"] == [
