@@ -98,5 +98,10 @@ def load_runs(paths) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     df = df[df["status"].isin(["ok", "oom"]) & ~df["is_reference"].fillna(False).astype(bool)]
     df = df[df["iter_time_s"].notna()].reset_index(drop=True)
-    df["domain"] = df["device_kind"].where(df["device"] == "cuda", "cpu")  # a GPU's domain is its kind: a100, h100
+    df["domain"] = [domain_of(device, kind) for device, kind in zip(df["device"], df["device_kind"])]
     return df
+
+
+def domain_of(device: str | None, device_kind: str | None) -> str:
+    """A run's hardware domain, what a model learns and is scored per: a GPU's kind (a100, h100), else cpu."""
+    return str(device_kind) if device == "cuda" else "cpu"

@@ -15,7 +15,7 @@ import pandas as pd
 from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
 from gnn.dataset.features import NODE_DIM
-from gnn.dataset.rows import row_to_spec
+from gnn.dataset.rows import domain_of, row_to_spec
 from gnn.inference.coverage import outside, spec_values
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
 from gnn.model import checkpoint
@@ -131,7 +131,7 @@ class BatchPredictor:
         ranges = self.info.get("trained_range")
         if ranges is None:
             return [None] * len(specs)
-        domain = record.get("device_kind", "cpu") if record.get("device") == "cuda" else "cpu"
+        domain = domain_of(record.get("device"), record.get("device_kind"))
         return [outside(spec_values(s), domain, ranges) for s in specs]
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
