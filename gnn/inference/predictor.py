@@ -101,12 +101,13 @@ class BatchPredictor:
     ) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
         record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
+        domain = domain_of(record.get("device"), record.get("device_kind"))  # whose interval factor applies
         parts = {}
         workers = default_workers(len(specs)) if workers is None else workers
         with self.pool.forward_threads(workers):
             for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
                 self._check_layout(chunk.flat_names)
-                parts[index] = (self.ensemble.predict_packed(chunk.packed()), chunk)
+                parts[index] = (self.ensemble.predict_packed(chunk.packed(), [domain] * len(chunk.flat)), chunk)
         parts = [parts[i] for i in sorted(parts)]
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)

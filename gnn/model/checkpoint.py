@@ -30,7 +30,8 @@ def describe(ensemble: Ensemble) -> dict:
         "members": [_plain(m) for m in members],
         "ensemble": {
             "coverage": ensemble.coverage,
-            "domain_column": ensemble.domain_column,
+            "class_column": ensemble.class_column,
+            "domain_names": ensemble.domain_names,
             "aggregate": ensemble.aggregate,
         },
     }

@@ -6,9 +6,12 @@ deviation. Spread alone is not a calibrated interval (members trained on the
 same rows agree more than the data warrants), so a split-conformal factor is
 fitted on the validation rows: the interval mean +- k * (spread + floor)
 holds the measured value on ``coverage`` of validation rows. k is fitted per
-hardware domain (CPU runs, CUDA devices): one pooled factor was measured to
-cover 98% of A100 rows and 67% of CPU rows. How often the interval holds on
-the test rows is the calibration we report.
+hardware domain, each GPU kind apart: one factor pooled over CPU and CUDA runs
+covered 98% of A100 rows and 67% of CPU rows, and one pooled over the CUDA
+runs 90% of A100 rows and 54% of H100 rows. A domain with fewer than
+MIN_CALIBRATION_ROWS validation rows (or a query that names none) takes the
+factor of its device class, CPU or CUDA. How often the interval holds on the
+test rows is the calibration we report.
 
 Out of distribution the members disagree, and their correction of the physics
 is then least trustworthy. So each prediction falls back toward its physics
@@ -23,6 +26,8 @@ predictions without the guard (README, Accuracy).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -40,6 +45,9 @@ AGGREGATES = ("mean", "median")
 SPREAD_FLOOR = 0.01  # log units: members that agree exactly still leave ~1% of doubt
 SPREAD_QUANTILE = 0.99  # of the validation rows' member spread: beyond it a correction counts as out of distribution
 FALLBACK_TARGETS = (0, 1)  # log time, log memory: the targets that fall back toward their physics base
+# below this many validation rows a domain's 80% quantile is one of its few largest scores: its device class's
+# factor is steadier
+MIN_CALIBRATION_ROWS = 20
 
 
 class Ensemble(nn.Module):
@@ -47,8 +55,9 @@ class Ensemble(nn.Module):
         self,
         members: list[nn.Module],
         coverage: float = COVERAGE,
-        domain_column: int | None = None,
+        class_column: int | None = None,
         aggregate: str = "mean",
+        domain_names: list[str] | None = None,
     ):
         super().__init__()
         if aggregate not in AGGREGATES:
@@ -58,15 +67,18 @@ class Ensemble(nn.Module):
         # the point prediction from the members' log outputs: their mean, or their median (robust to one member
         # far off, which happens out of distribution; evaluated beside the mean as gnn_median)
         self.aggregate = aggregate
-        self.domain_column = domain_column  # graph feature that is 1 on CUDA devices (f_cuda)
-        self.register_buffer("k", torch.ones(2, 2))  # conformal factor [domain: CPU, CUDA][log time, log memory]
-        # member spread [domain][log time, log memory] beyond which the correction fades toward the physics base
+        self.class_column = class_column  # graph feature that is 1 on CUDA devices (f_cuda): the device class
+        self.register_buffer("k", torch.ones(2, 2))  # conformal factor [device class: CPU, CUDA][log time, log memory]
+        # the hardware domains (cpu, a100, h100, ...) with a factor of their own, [domain][log time, log memory]
+        self.domain_names = list(domain_names or [])
+        self.register_buffer("k_domain", torch.full((len(self.domain_names), 2), float("nan")))
+        # member spread [device class][log time, log memory] beyond which the correction fades toward the physics base
         self.register_buffer("spread_limit", torch.full((2, 2), float("inf")))
 
     @torch.inference_mode()
     def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """[members, n, 3] (every member's log time, log memory, oom logit), each graph's domain (0 / 1), and
-        [n, 2] the physics base the members correct (log time, log memory)."""
+        """[members, n, 3] (every member's log time, log memory, oom logit), each graph's device class (0 CPU,
+        1 CUDA), and [n, 2] the physics base the members correct (log time, log memory)."""
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
         if not fused:
@@ -77,8 +89,8 @@ class Ensemble(nn.Module):
             parts.append(self._raw_batch(pack(chunk) if fused else Batch.from_data_list(chunk), fused))
         if not parts:
             return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int), np.zeros((0, 2))
-        outs, domains, bases = zip(*parts)
-        return np.concatenate(outs, axis=1), np.concatenate(domains), np.concatenate(bases)
+        outs, classes, bases = zip(*parts)
+        return np.concatenate(outs, axis=1), np.concatenate(classes), np.concatenate(bases)
 
     @torch.inference_mode()
     def raw_packed(self, batch: Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -94,9 +106,9 @@ class Ensemble(nn.Module):
             out, base = forward_members(self.members, batch, physics), physics[..., :2].mean(0)
         else:
             out, base = torch.stack([m(batch) for m in self.members]), self._physics(batch.u)
-        col = self.domain_column
-        domains = (batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long()
-        return out.numpy(), domains.numpy(), base.numpy()
+        col = self.class_column
+        classes = (batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long()
+        return out.numpy(), classes.numpy(), base.numpy()
 
     def _physics(self, u: torch.Tensor) -> torch.Tensor:
         """[n, 2] the members' physics base (log time, log memory), averaged (members fitted on the same rows
@@ -109,14 +121,14 @@ class Ensemble(nn.Module):
         )
 
     def summarize(
-        self, raw: np.ndarray, base: np.ndarray | None = None, domains: np.ndarray | None = None
+        self, raw: np.ndarray, base: np.ndarray | None = None, classes: np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
         median = self.aggregate == "median"
         point, spread = (np.median(raw, 0) if median else raw.mean(0)), raw.std(0)
-        if base is not None and domains is not None:
+        if base is not None and classes is not None:
             point = point.copy()
             for j in FALLBACK_TARGETS:
-                point[:, j] = fall_back(point[:, j], spread[:, j], base[:, j], self.spread_limit.numpy()[domains, j])
+                point[:, j] = fall_back(point[:, j], spread[:, j], base[:, j], self.spread_limit.numpy()[classes, j])
         spread = spread + SPREAD_FLOOR
         return {
             "log_time": point[:, 0],
@@ -126,18 +138,32 @@ class Ensemble(nn.Module):
             "oom_prob": 1 / (1 + np.exp(-np.clip(point[:, 2], -50, 50))),
         }
 
-    def predict(self, graphs, batch_nodes: int = INFERENCE_NODES) -> dict[str, np.ndarray]:
-        """Point predictions and interval bounds (seconds, bytes), in graph order."""
-        return self._outputs(*self.raw(graphs, batch_nodes))
+    def predict(
+        self, graphs, batch_nodes: int = INFERENCE_NODES, domains: list[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Point predictions and interval bounds (seconds, bytes), in graph order. ``domains``: each graph's
+        hardware domain (cpu, a100, ...), whose interval factor applies; None: its device class's."""
+        return self._outputs(*self.raw(graphs, batch_nodes), domains)
 
-    def predict_packed(self, batch: Packed) -> dict[str, np.ndarray]:
+    def predict_packed(self, batch: Packed, domains: list[str] | None = None) -> dict[str, np.ndarray]:
         """predict() of graphs already joined into one (gnn.dataset.packed.Packed)."""
-        return self._outputs(*self.raw_packed(batch))
+        return self._outputs(*self.raw_packed(batch), domains)
 
-    def _outputs(self, raw: np.ndarray, domains: np.ndarray, base: np.ndarray) -> dict[str, np.ndarray]:
-        s = self.summarize(raw, base, domains)
+    def interval_factors(self, classes: np.ndarray, domains: list[str] | None = None) -> np.ndarray:
+        """[n, 2] the conformal factor of each graph: its domain's where calibrated, else its device class's."""
         k = self.k.numpy()
-        k = k[domains] if k.ndim == 2 else np.broadcast_to(k, (len(domains), 2))  # [n, 2]; 1-D: one shared factor
+        k = k[classes] if k.ndim == 2 else np.broadcast_to(k, (len(classes), 2))  # 1-D: one shared factor
+        if domains is None or not self.domain_names:
+            return k
+        index = {name: i for i, name in enumerate(self.domain_names)}
+        own = self.k_domain.numpy()
+        return np.array([own[index[d]] if d in index else k[i] for i, d in enumerate(domains)]).reshape(-1, 2)
+
+    def _outputs(
+        self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, domains: list[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        s = self.summarize(raw, base, classes)
+        k = self.interval_factors(classes, domains)
         return {
             "iter_time_s": np.exp(s["log_time"]),
             "iter_time_lo_s": np.exp(s["log_time"] - k[:, 0] * s["time_spread"]),
@@ -148,31 +174,48 @@ class Ensemble(nn.Module):
             "oom_prob": s["oom_prob"],
         }
 
-    def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray) -> None:
-        """Fit, per domain on held-out (validation) graphs with their measured log targets: the spread beyond
-        which memory falls back toward physics, then the conformal factor k of the intervals around that."""
-        raw, domains, base = self.raw(graphs)
+    def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray, domains: list[str] | None = None) -> None:
+        """Fit, per device class on held-out (validation) graphs with their measured log targets: the spread beyond
+        which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
+        given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
+        raw, classes, base = self.raw(graphs)
+        self._calibrate_classes(raw, classes, base, log_time, log_mem)
+        s = self.summarize(raw, base, classes)
+        names = np.asarray(domains if domains is not None else [], dtype=object)
+        kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)
+        own = [np.array(_factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
+        # a target the domain's rows never measured (vTrain's A100 rows: memory) keeps its device class's factor
+        of_class = [self.k.numpy()[classes[names == d][0]] for d in kept]
+        self.domain_names = kept
+        self.k_domain = torch.tensor(
+            np.array([np.where(np.isnan(k), c, k) for k, c in zip(own, of_class)]).reshape(-1, 2), dtype=torch.float32
+        )
+
+    def _calibrate_classes(self, raw, classes, base, log_time, log_mem) -> None:
         spread = raw.std(0)
         limit = np.full((2, 2), np.inf)
-        for d in (0, 1):
-            if (domains == d).any():
-                limit[d] = np.quantile(spread[domains == d, :2], SPREAD_QUANTILE, axis=0)
+        for c in (0, 1):
+            if (classes == c).any():
+                limit[c] = np.quantile(spread[classes == c, :2], SPREAD_QUANTILE, axis=0)
         self.spread_limit.copy_(torch.tensor(limit, dtype=torch.float32))
-        s = self.summarize(raw, base, domains)
-        k = np.full((2, 2), np.nan)
-        for d in (0, 1):
-            rows = domains == d
-            for j, (pred, spread_j, truth) in enumerate(
-                ((s["log_time"], s["time_spread"], log_time), (s["log_mem"], s["mem_spread"], log_mem))
-            ):
-                score = (np.abs(truth - pred) / spread_j)[rows]
-                score = score[np.isfinite(score)]
-                if len(score):
-                    k[d, j] = conformal_quantile(score, self.coverage)
-        # a domain without validation rows (or without measured memory) takes the widest factor seen
-        widest = np.nanmax(k, axis=0)
+        s = self.summarize(raw, base, classes)
+        k = np.array([_factors(s, log_time, log_mem, classes == c, self.coverage) for c in (0, 1)])
+        # a device class without validation rows (or without measured memory) takes the widest factor seen
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no memory measured anywhere
+            widest = np.nanmax(k, axis=0)
         k = np.where(np.isnan(k), np.where(np.isnan(widest), 1.0, widest), k)
         self.k.copy_(torch.tensor(k, dtype=torch.float32))
+
+
+def _factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray, coverage: float) -> list[float]:
+    """The conformal factor of log time and of log memory over ``rows`` (NaN where none measured the target)."""
+    k = []
+    for pred, spread, truth in ((s["log_time"], s["time_spread"], log_time), (s["log_mem"], s["mem_spread"], log_mem)):
+        score = (np.abs(truth - pred) / spread)[rows]
+        score = score[np.isfinite(score)]
+        k.append(conformal_quantile(score, coverage) if len(score) else np.nan)
+    return k
 
 
 def _batches(sizes: list[int], max_nodes: int) -> list[tuple[int, int]]:

@@ -124,12 +124,13 @@ def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool
 def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
     """Fit the ensemble's interval factors and spread limits per hardware domain on the split's validation rows."""
     names = [c for c in ds.meta.columns if c.startswith("f_")]
-    ensemble.domain_column = names.index("f_cuda")
+    ensemble.class_column = names.index("f_cuda")
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(
         ds[torch.as_tensor(parts["val"])],
         np.log(val["iter_time_s"].to_numpy(dtype=float)),
         np.log(val["peak_mem_bytes"].to_numpy(dtype=float)),
+        val["domain"].astype(str).tolist(),
     )
 
 

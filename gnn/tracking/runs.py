@@ -8,6 +8,7 @@ Set MLFLOW_TRACKING_URI to use a team server. Open the local UI with
 from __future__ import annotations
 
 import hashlib
+import math
 import tempfile
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def log_surrogate(
                     f"k_{d}_{t}": float(ensemble.k[i, j])
                     for i, d in enumerate(("cpu", "cuda"))
                     for j, t in enumerate(("time", "mem"))
+                },
+                **{  # each hardware domain's own factor, where it has one (gnn.model.ensemble)
+                    f"k_{d}_{t}": float(ensemble.k_domain[i, j])
+                    for i, d in enumerate(ensemble.domain_names)
+                    for j, t in enumerate(("time", "mem"))
+                    if math.isfinite(ensemble.k_domain[i, j])
                 },
             }
         )

@@ -68,7 +68,8 @@ def ensemble_records(
     for part in which:
         idx = parts[part]
         rows = ds.meta.loc[idx]
-        pred = ensemble_frame(ensemble.predict(ds[torch.as_tensor(idx)]), rows.index)
+        graphs = ds[torch.as_tensor(idx)]
+        pred = ensemble_frame(ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist()), rows.index)
         frames[part] = (rows, pred)
         for domain, group in rows.groupby("domain"):
             records += score(

@@ -238,3 +238,32 @@ def test_calibration_fits_the_spread_limit_from_validation(vtrain_dataset, small
     calibrate_ensemble(ensemble, vtrain_dataset, small_parts)
     limit = ensemble.spread_limit.numpy()
     assert np.isfinite(limit[1, 0]) and limit[1, 0] > 0  # A100 rows: the 99th percentile of the members' spread
+
+
+def test_each_hardware_domain_gets_its_own_interval_factor(vtrain_dataset, small_parts, ensemble, tmp_path):
+    """A domain whose runs the members predict worse gets wider intervals, not a factor pooled with a better one."""
+    import copy
+
+    from gnn.inference.predictor import BatchPredictor
+    from gnn.model.ensemble import MIN_CALIBRATION_ROWS, interval_coverage
+
+    ens, idx = copy.deepcopy(ensemble), small_parts["val"]
+    val, graphs, n = vtrain_dataset.meta.loc[idx], vtrain_dataset[torch.as_tensor(idx)], len(idx)
+    domains = ["a100"] * (n - MIN_CALIBRATION_ROWS - 5) + ["h100"] * MIN_CALIBRATION_ROWS + ["b200"] * 5
+    # the "h100" rows measured 10-40% slower than the A100 rows they copy: errors the pooled factor would hide
+    slower = np.where(np.array(domains) == "h100", np.log(np.linspace(1.1, 1.4, n)), 0.0)
+    measured = val["iter_time_s"].to_numpy() * np.exp(slower)
+    ens.calibrate(graphs, np.log(measured), np.full(n, np.nan), domains)
+    assert ens.domain_names == ["a100", "h100"]  # b200: too few rows for a factor of its own
+    k_a100, k_h100 = ens.k_domain[:, 0].tolist()
+    assert k_h100 > 2 * k_a100
+    pred = ens.predict(graphs, domains=domains)
+    for name in ("a100", "h100"):
+        rows = np.array(domains) == name
+        assert interval_coverage(pred["iter_time_lo_s"][rows], pred["iter_time_hi_s"][rows], measured[rows]) >= 0.8
+    # fewer rows than MIN_CALIBRATION_ROWS, an unknown domain, or none named: the device class's factor
+    assert (ens.interval_factors(np.ones(3, dtype=int), ["b200", "v100", "h100"])[:2] == ens.k.numpy()[1]).all()
+    assert (ens.interval_factors(np.ones(1, dtype=int)) == ens.k.numpy()[1]).all()
+    BatchPredictor(ens, info={"name": "t"}).save(tmp_path / "p.pt")
+    loaded = BatchPredictor.load(tmp_path / "p.pt").ensemble
+    assert loaded.domain_names == ens.domain_names and torch.equal(loaded.k_domain, ens.k_domain)
