@@ -179,8 +179,7 @@ class Ensemble(nn.Module):
         which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
         given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
         raw, classes, base = self.raw(graphs)
-        self._calibrate_classes(raw, classes, base, log_time, log_mem)
-        s = self.summarize(raw, base, classes)
+        s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
         names = np.asarray(domains if domains is not None else [], dtype=object)
         kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)
         own = [np.array(_factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
@@ -191,7 +190,8 @@ class Ensemble(nn.Module):
             np.array([np.where(np.isnan(k), c, k) for k, c in zip(own, of_class)]).reshape(-1, 2), dtype=torch.float32
         )
 
-    def _calibrate_classes(self, raw, classes, base, log_time, log_mem) -> None:
+    def _calibrate_classes(self, raw, classes, base, log_time, log_mem) -> dict[str, np.ndarray]:
+        """Spread limits and conformal factors per device class; returns the summary the factors were fitted on."""
         spread = raw.std(0)
         limit = np.full((2, 2), np.inf)
         for c in (0, 1):
@@ -206,6 +206,7 @@ class Ensemble(nn.Module):
             widest = np.nanmax(k, axis=0)
         k = np.where(np.isnan(k), np.where(np.isnan(widest), 1.0, widest), k)
         self.k.copy_(torch.tensor(k, dtype=torch.float32))
+        return s
 
 
 def _factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray, coverage: float) -> list[float]:
