@@ -101,7 +101,7 @@ class BatchPredictor:
     ) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
         record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
-        domain = domain_of(record.get("device"), record.get("device_kind"))  # whose interval factor applies
+        domain = domain_of(record.get("device"), record.get("device_kind"))  # its interval factor and ranges
         parts = {}
         workers = default_workers(len(specs)) if workers is None else workers
         with self.pool.forward_threads(workers):
@@ -123,16 +123,15 @@ class BatchPredictor:
         out["bubble_frac"] = sim["sim_bubble_s"] / total
         out["exposed_frac"] = sim["sim_exposed_s"] / total
         out["comm_s_at_full_bandwidth"] = sim["sim_comm_s"]
-        out["extrapolation"] = self.extrapolation(specs, record)
+        out["extrapolation"] = self.extrapolation(specs, domain)
         return out
 
-    def extrapolation(self, specs: list[RunSpec], record: dict) -> list[list[str] | None]:
-        """Per spec, what of it lies outside the model's training rows (gnn.inference.coverage); None for a model
-        saved without its training range."""
+    def extrapolation(self, specs: list[RunSpec], domain: str) -> list[list[str] | None]:
+        """Per spec, what of it lies outside the model's training rows on ``domain`` (gnn.inference.coverage);
+        None for a model saved without its training range."""
         ranges = self.info.get("trained_range")
         if ranges is None:
             return [None] * len(specs)
-        domain = domain_of(record.get("device"), record.get("device_kind"))
         return [outside(spec_values(s), domain, ranges) for s in specs]
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:

@@ -8,7 +8,6 @@ Set MLFLOW_TRACKING_URI to use a team server. Open the local UI with
 from __future__ import annotations
 
 import hashlib
-import math
 import tempfile
 from pathlib import Path
 
@@ -80,10 +79,9 @@ def log_surrogate(
                     for j, t in enumerate(("time", "mem"))
                 },
                 **{  # each hardware domain's own factor, where it has one (gnn.model.ensemble)
-                    f"k_{d}_{t}": float(ensemble.k_domain[i, j])
+                    f"k_domain_{d}_{t}": float(ensemble.k_domain[i, j])
                     for i, d in enumerate(ensemble.domain_names)
                     for j, t in enumerate(("time", "mem"))
-                    if math.isfinite(ensemble.k_domain[i, j])
                 },
             }
         )
