@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	# torch first and exactly pinned, so nothing later resolves a CUDA build
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	# the CPU counting allocator, compiled now so that no measurement needs a compiler (without one: a line saying
+	# what to install, and CPU peaks read from the RSS high-water mark, labelled so)
+	$(PY) -m collect.measure.cpu_alloc --build
 	touch $(STAMP)
 
 lint: install ## ruff: the checks and the formatting configured in pyproject.toml (tests/house runs them too)

@@ -1,14 +1,18 @@
 """plansight collection from the shell.
 
-    python -m collect measure SPEC.json            # one plan, prints its row as JSON
-    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N]
+    python -m collect measure SPEC.json [--allow-oom]  # one plan, prints its row as JSON
+    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N] [--allow-oom]
     python -m gnn.acquire collect/sweeps/active-cpu.yaml  # sampler: active (a surrogate chooses the plans)
     python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
     python -m collect workload --hf-config config.json --seq-len 4096 --micro-batch-size 1 --global-batch-size 256
 
 SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
 field names of collect.schema. Invalid input is reported, field by field,
-before any process starts.
+before any process starts, and so is a plan that cannot fit: a closed-form
+lower bound of its largest rank's peak (collect.measure.fits) over
+cluster.memory_bytes or over this machine's available memory shared by its
+ranks (a sweep checks the machine only: its small capacities are oom labels).
+`python -m serve predict SPEC.json` gives the simulator's and the surrogate's estimate.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from collect.inputs import InputError, load_model, local_problems, read_json, ru
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.launch.run import SweepRunner
-from collect.launch.torchrun import run_under_torchrun, under_torchrun
+from collect.launch.torchrun import fingerprint_on_ranks, init_torchrun, run_under_torchrun, under_torchrun
+from collect.measure import cpu_alloc
+from collect.measure.fits import refuse_unfit
 from collect.measure.plan import MeasureSettings
 from collect.schema import RunSpec, Workload
 from collect.schema.hf import hf_fields
@@ -44,6 +50,8 @@ def _load_spec(path: str) -> RunSpec:
 
 def cmd_measure(args) -> None:
     spec = _load_spec(args.spec)
+    if not args.allow_oom:
+        refuse_unfit([spec], args.spec)
     settings = MeasureSettings(warmup_iters=args.warmup, timed_iters=args.iters)
     with LocalPool(spec.cluster.world_size, settings, deadline_s=args.deadline) as pool:
         result = pool.run(spec)
@@ -58,12 +66,12 @@ def cmd_sweep(args) -> None:
             f"import: run `python -m gnn.acquire {args.sweep}` (`make collect SWEEP={args.sweep}` does)"
         )
     if under_torchrun():  # GPU clusters: torchrun made the ranks, this process is one of them
-        counts = run_under_torchrun(spec, args.out, args.limit)
+        counts = run_under_torchrun(spec, args.out, args.limit, hardware_dir=args.hardware)
         if counts is not None:
             print(f"{spec.name}: {counts}")
         return
     counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run(
-        limit=args.limit, remeasure_memory=args.remeasure_memory
+        limit=args.limit, remeasure_memory=args.remeasure_memory, allow_oom=args.allow_oom
     )
     print(f"{spec.name}: {counts}")
 
@@ -71,6 +79,11 @@ def cmd_sweep(args) -> None:
 def cmd_fingerprint(args) -> None:
     if 1 not in args.world_sizes or any(ws < 1 for ws in args.world_sizes):
         raise SystemExit(f"error: --world-sizes must hold 1 (compute and blocks run there), got {args.world_sizes}")
+    if under_torchrun():  # GPUs: torchrun's ranks, on their own devices (--world-sizes does not apply)
+        fingerprint_id = fingerprint_on_ranks(init_torchrun(300.0), args.max_bytes or MAX_MESSAGE_BYTES, args.hardware)
+        if fingerprint_id:
+            print(fingerprint_id)
+        return
     with ExitStack() as stack:
         pools = {ws: stack.enter_context(LocalPool(ws)) for ws in sorted(set(args.world_sizes))}
         print(take_fingerprint(pools, args.max_bytes or MAX_MESSAGE_BYTES, Path(args.hardware), socket.gethostname()))
@@ -91,6 +104,9 @@ def cmd_workload(args) -> None:
     print(json.dumps({"family": workload.family, **dump}, indent=1))
 
 
+ALLOW_OOM_HELP = "run plans whose peak-memory lower bound is over the capacity (the kernel may kill them)"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m collect", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +115,7 @@ def main(argv=None) -> None:
     m.add_argument("--iters", type=int, default=5, help="timed iterations")
     m.add_argument("--warmup", type=int, default=2, help="untimed iterations after the memory window")
     m.add_argument("--deadline", type=float, default=300.0, help="seconds before the plan counts as hung")
+    m.add_argument("--allow-oom", action="store_true", help=ALLOW_OOM_HELP)
     m.set_defaults(fn=cmd_measure)
     s = sub.add_parser("sweep", help="run (or resume) a sweep")
     s.add_argument("sweep")
@@ -109,8 +126,9 @@ def main(argv=None) -> None:
         "--remeasure-memory",
         action="store_true",
         help="measure again the stored plans whose CPU peak an older accounting overstated "
-        "(FSDP with dp > 1, tp > 1; see collect.measure.memory)",
+        "(FSDP with dp > 1, tp > 1; see collect.measure.memory), and those read without the counting allocator",
     )
+    s.add_argument("--allow-oom", action="store_true", help=ALLOW_OOM_HELP)
     s.set_defaults(fn=cmd_sweep)
     f = sub.add_parser("fingerprint", help="measure this machine's fingerprint (compute, blocks, collectives)")
     f.add_argument(
@@ -131,7 +149,14 @@ def main(argv=None) -> None:
     w.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     w.set_defaults(fn=cmd_workload)
     args = parser.parse_args(argv)
-    run_reporting_errors(args.fn, args)
+    run_reporting_errors(_build_errors_in_one_line, args)
+
+
+def _build_errors_in_one_line(args) -> None:
+    try:
+        args.fn(args)
+    except cpu_alloc.BuildError as exc:  # the allocator's build failed, or its lock was held too long
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ class RankOutcome:
     times: list[float] = field(default_factory=list)
     peak_mem_bytes: int = 0
     rss_hwm_bytes: int | None = None
+    peak_mem_method: str = ""  # how this rank read its peak (collect.measure.memory)
     error: str = ""
     oom: bool = False  # a real device OOM (CUDA)
     extra: list = field(default_factory=list)  # non-plan tasks (fingerprint timings)
@@ -35,6 +36,7 @@ class RunResult:
     peak_mem_bytes_per_rank: list[int] = field(default_factory=list)
     rss_hwm_bytes_per_rank: list[int | None] = field(default_factory=list)
     wall_s: float = 0.0
+    peak_mem_method: str = ""  # every rank's, the same; empty where no rank measured
 
     @property
     def iter_time_s(self) -> float | None:
@@ -61,6 +63,9 @@ def combine_ranks(
             "timeout", error=f"ranks {missing} gave no result within {deadline_s:.0f} s (or died)", wall_s=wall_s
         )
     ranks = [outcomes[r] for r in range(world_size)]
+    methods = sorted({o.peak_mem_method for o in ranks})
+    if len(methods) > 1:  # e.g. one rank without the counting allocator: peaks read two ways are not one peak
+        return RunResult("error", error=f"ranks read their peaks by different methods: {methods}", wall_s=wall_s)
     # An iteration lasts until its slowest rank finishes.
     iter_times = [max(ts) for ts in zip(*(o.times for o in ranks))]
     peaks = [o.peak_mem_bytes for o in ranks]
@@ -75,6 +80,7 @@ def combine_ranks(
         peak_mem_bytes_per_rank=peaks,
         rss_hwm_bytes_per_rank=[o.rss_hwm_bytes for o in ranks],
         wall_s=wall_s,
+        peak_mem_method=methods[0],
     )
 
 
@@ -103,7 +109,7 @@ def build_row(spec: RunSpec, result: RunResult, **extra) -> dict:
         "iter_times_s": list(result.iter_times_s),
         "peak_mem_bytes": result.peak_mem_bytes,
         "peak_mem_bytes_per_rank": list(result.peak_mem_bytes_per_rank),
-        "peak_mem_method": PEAK_MEM_METHODS[c.device],
+        "peak_mem_method": result.peak_mem_method or PEAK_MEM_METHODS[c.device],
         "rss_hwm_bytes": max((b for b in result.rss_hwm_bytes_per_rank if b is not None), default=None),
         "wall_s": round(result.wall_s, 3),
     }

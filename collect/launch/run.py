@@ -26,7 +26,8 @@ from collect.active import ActiveLoop, Surrogate
 from collect.hardware.take import largest_message, take_fingerprint
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
-from collect.measure.memory import PEAK_MEM_METHODS, affected_by_unreported_frees
+from collect.measure.fits import refuse_unfit
+from collect.measure.memory import CPU_FALLBACK_METHOD, PEAK_MEM_METHODS, affected_by_unreported_frees
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.store import ResultStore, StoreWriteError
 from collect.sweep import SweepSpec, all_points, measurement_id, schedule_measurements
@@ -68,11 +69,12 @@ class SweepRunner:
         self.ref_time: dict[int, float] = {}
         self.since_ref: dict[int, int] = {}
 
-    def run(self, limit: int | None = None, remeasure_memory: bool = False) -> dict:
+    def run(self, limit: int | None = None, remeasure_memory: bool = False, allow_oom: bool = False) -> dict:
+        """``allow_oom``: run plans whose peak-memory lower bound is over this machine's share (else WontFit)."""
         with self.store.writing():  # one sweep per output: a second is refused, not run beside this one
-            return self._run(limit, remeasure_memory)
+            return self._run(limit, remeasure_memory, allow_oom)
 
-    def _run(self, limit: int | None, remeasure_memory: bool) -> dict:
+    def _run(self, limit: int | None, remeasure_memory: bool, allow_oom: bool = False) -> dict:
         if self.spec.sampler == "active":
             return self._run_active(limit)
         order = schedule_measurements(self.spec)
@@ -83,6 +85,8 @@ class SweepRunner:
         skipped = len(order) - len(todo)
         if limit is not None:
             todo = todo[:limit]
+        if not allow_oom:  # the machine only: the sweep's cluster.memory_bytes are the oom labels it measures
+            refuse_unfit([p for p, _, _ in todo], self.spec.name, cluster=False)
         _save_spec(self.spec, self.store.parquet_path)
         if not todo:
             print(f"{self.spec.name}: all {len(order)} measurements already in {self.store.parquet_path}")
@@ -140,7 +144,8 @@ class SweepRunner:
             ),
             axis=1,
         )
-        return set(rows.loc[stale & affected, "measurement_id"])
+        # peaks read without the counting allocator (no compiler then) are worth reading again on every plan
+        return set(rows.loc[stale & (affected | (method == CPU_FALLBACK_METHOD)), "measurement_id"])
 
     def _measure_all(self, todo, skipped: int) -> None:
         bar = tqdm(todo, desc=self.spec.name, unit="plan", dynamic_ncols=True)

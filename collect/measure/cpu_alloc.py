@@ -1,58 +1,237 @@
 """The CPU's max_memory_allocated: a counting allocator installed as torch's CPU allocator.
 
-``install()`` builds (once per source version, cached by torch in
-~/.cache/torch_extensions or $TORCH_EXTENSIONS_DIR; about 30 s the first time)
-and installs collect/csrc/counting_allocator.cpp. From then on every CPU
-tensor allocation of this process, on any thread, is counted: ``live_bytes()``,
-``peak_bytes()``, ``reset_peak()``. Tensors allocated before installation are
-freed by their own allocator and never counted.
+    python -m collect.measure.cpu_alloc --build   # `make install` runs it: build now, or say what to install
+
+collect/measure/csrc/counting_allocator.cpp is compiled once per (source, torch, Python) into a folder of its
+own, $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions) / plansight_counting_allocator-<key>, and from
+then on imported from there as a plain extension module: loading needs neither ninja nor a compiler. Only a
+missing build is compiled, in a child process with a time limit, under a BuildLock that names its holder and
+stops waiting after a time limit. Without a compiler or ninja, one line says what to install and
+``install()`` returns False: collect.measure.memory then reads CPU peaks from the RSS high-water mark, and
+each row says so in its ``peak_mem_method``.
+
+After ``install()`` every CPU tensor allocation of this process, on any thread, is counted: ``live_bytes()``,
+``peak_bytes()``, ``reset_peak()``. Tensors allocated before installation are freed by their own allocator
+and never counted.
 """
 
 from __future__ import annotations
 
+import argparse
+import fcntl
 import functools
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
-import warnings
 from pathlib import Path
+from types import ModuleType
+
+import torch
 
 SOURCE = Path(__file__).parent / "csrc" / "counting_allocator.cpp"
 NAME = "plansight_counting_allocator"
-STALE_LOCK_S = 600.0  # a build takes ~30 s: a lock this old was left by a build killed mid-way
+CFLAGS = ["-O2"]
+BUILD_TIMEOUT_S = 600.0  # a build takes ~30 s on a free core; a compiler still running after 10 min is stuck
+LOCK_WAIT_S = BUILD_TIMEOUT_S + 60.0  # a live holder stops its own build by BUILD_TIMEOUT_S: this covers it
+COMPLETE = "complete"  # written into a build folder once its module built and imported there
 
 
-@functools.cache
-def _extension():
-    # lazy: only processes that measure CPU memory pay for the build check and the compiler
-    from torch.utils.cpp_extension import _get_build_directory, load
-
-    clear_stale_lock(Path(_get_build_directory(NAME, verbose=False)))
-    return load(NAME, [str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+class ToolchainMissing(RuntimeError):
+    """No compiler or no ninja to build the allocator with; the message says what to install, in one line."""
 
 
-def clear_stale_lock(build_dir: Path) -> bool:
-    """Remove the build lock a killed build left behind: torch's loader would wait on it for ever."""
-    lock = build_dir / "lock"
+class BuildError(RuntimeError):
+    """The build failed, ran past its time limit, or another holder kept the lock too long (one line)."""
+
+
+def build_dir() -> Path:
+    """Where this source, built for this torch and this Python, lives: a new key for any change of them."""
+    # lazy: torch's extension builder is needed only to find its default cache folder
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    build = (torch.__version__, sys.implementation.cache_tag, sys.abiflags, platform.machine(), " ".join(CFLAGS))
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), *(part.encode() for part in build)])).hexdigest()
+    return Path(root) / f"{NAME}-{key[:16]}"
+
+
+def _tool_path() -> str:
+    # the virtualenv's bin holds `pip install ninja`'s ninja, and is not on PATH unless the venv is activated
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def missing_tools() -> str | None:
+    """What a build lacks, as one line naming what to install; None when both tools are there."""
+    compiler = os.environ.get("CXX", "c++")
+    missing = []
+    if shutil.which(compiler, path=_tool_path()) is None:
+        missing.append(f"no C++ compiler `{compiler}` (apt-get install g++)")
+    if shutil.which("ninja", path=_tool_path()) is None:
+        missing.append("no `ninja` (pip install ninja)")
+    if not missing:
+        return None
+    return (
+        f"cannot build the CPU counting allocator: {' and '.join(missing)} on PATH; install them, then run "
+        "`make install`. Until then CPU peak memory is read from the process's RSS high-water mark, "
+        "and each row says so in peak_mem_method"
+    )
+
+
+class BuildLock:
+    """``with BuildLock(path, wait_s):`` an exclusive flock on ``path``, which holds its holder's pid, host and
+    start time. The kernel releases a flock when its holder dies, however it dies, so a build killed mid-way
+    leaves no lock to wait on (torch's own lock file stays behind for ever); a live holder is waited for at
+    most ``wait_s``, then BuildError names it."""
+
+    def __init__(self, path: Path, wait_s: float = LOCK_WAIT_S, poll_s: float = 0.2):
+        self.path, self.wait_s, self.poll_s = Path(path), wait_s, poll_s
+        self._fd: int | None = None
+
+    def __enter__(self) -> "BuildLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise BuildError(
+                        f"{self.path} is held by {self.holder()}; gave up after {self.wait_s:.0f} s "
+                        "(a build takes about 30 s: stop that process, or wait and run this again)"
+                    ) from None
+                time.sleep(self.poll_s)
+            except OSError as exc:  # a file system without locks: building unguarded could corrupt a build
+                os.close(fd)
+                raise BuildError(
+                    f"cannot lock {self.path}: {exc.strerror}; set TORCH_EXTENSIONS_DIR to a local folder"
+                ) from None
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.ftruncate(self._fd, 0)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def holder(self) -> str:
+        """Who holds the lock, in words: pid, host, since when (and whether that pid still runs, on this host)."""
+        try:
+            owner = json.loads(self.path.read_text())
+            pid, host, since = int(owner["pid"]), str(owner["host"]), float(owner["since"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "a process that has not written its name yet"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+        state = ""
+        if host == socket.gethostname() and not _running(pid):
+            state = ", no longer running (a process it started may hold the lock)"
+        return f"pid {pid} on {host} since {when} ({time.time() - since:.0f} s ago{state})"
+
+
+def _running(pid: int) -> bool:
     try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    if age < STALE_LOCK_S:
-        return False  # another process may be building right now
-    warnings.warn(f"removing {lock}: left {age:.0f} s ago by a build that did not finish", stacklevel=2)
-    lock.unlink(missing_ok=True)
+    except PermissionError:
+        return True  # another user's process
     return True
 
 
-def build() -> None:
-    """Compile the extension if its cached build is missing or stale (the parent does this before spawning
-    ranks, so they only load it)."""
-    _extension()
+def load_or_build(lock_wait_s: float = LOCK_WAIT_S, build_timeout_s: float = BUILD_TIMEOUT_S) -> ModuleType:
+    """The built module, compiled first if this folder has no complete build (ToolchainMissing where that
+    cannot be done here, BuildError where it failed)."""
+    folder = build_dir()
+    if not (folder / COMPLETE).exists():
+        problem = missing_tools()
+        if problem:
+            raise ToolchainMissing(problem)
+        with BuildLock(folder.with_name(folder.name + ".lock"), lock_wait_s):
+            if not (folder / COMPLETE).exists():  # another process may have built it while this one waited
+                _compile(folder, build_timeout_s)
+    return _import(folder)
+
+
+def _compile(folder: Path, timeout_s: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    # torch's own lock file, left by a build killed mid-way: this process holds the BuildLock, so no build of
+    # this folder is running, and torch's loader would otherwise wait on it for ever
+    (folder / "lock").unlink(missing_ok=True)
+    log = folder / "build.log"
+    command = [sys.executable, "-m", "collect.measure.cpu_alloc", "--compile", str(folder)]
+    with open(log, "wb") as out:
+        # its own session, so a time-out stops ninja and the compiler too, not only the child
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "PATH": _tool_path()})  # fmt: skip
+        try:
+            code = child.wait(timeout=timeout_s)
+        except BaseException as exc:  # the time limit, or this process interrupted: leave no build behind
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise BuildError(f"building the CPU counting allocator ran past {timeout_s:.0f} s and was stopped; "
+                                 f"its output: {log}") from None  # fmt: skip
+            raise
+    if code != 0:
+        raise BuildError(f"building the CPU counting allocator failed (exit {code}): {_first_error(log)}; see {log}")
+    (folder / COMPLETE).write_text(f"{SOURCE.name} built for torch {torch.__version__}\n")
+
+
+def _first_error(log: Path) -> str:
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line.strip() for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[0][:300]
+
+
+def _import(folder: Path) -> ModuleType:
+    path = folder / f"{NAME}.so"
+    spec = importlib.util.spec_from_file_location(NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)  # torch is imported above: the libraries the module links to are loaded
+    except ImportError as exc:
+        raise BuildError(f"cannot load {path}: {exc}; delete {folder} to build it again") from None
+    return module
 
 
 @functools.cache
-def install() -> None:
-    """Make the counting allocator torch's CPU allocator in this process (idempotent)."""
-    _extension().install()
+def _extension() -> ModuleType | None:
+    """The module, or None where this machine cannot build it (the one line saying why is printed once)."""
+    try:
+        return load_or_build()
+    except ToolchainMissing as exc:
+        print(f"note: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
+def build() -> bool:
+    """Build the extension if it is missing (the parent does this before spawning ranks, so they only load it);
+    False where it cannot be built here."""
+    return _extension() is not None
+
+
+@functools.cache
+def install() -> bool:
+    """Make the counting allocator torch's CPU allocator in this process (idempotent); False where it cannot
+    be built here, and CPU peaks must be read another way."""
+    module = _extension()
+    if module is not None:
+        module.install()
+    return module is not None
 
 
 def live_bytes() -> int:
@@ -66,3 +245,36 @@ def peak_bytes() -> int:
 def reset_peak() -> None:
     """Start a new high-water mark at the bytes live now."""
     _extension().reset_peak()
+
+
+def _compile_here(folder: Path) -> None:
+    # lazy: only the build's child process runs torch's extension builder (and needs ninja and the compiler)
+    from torch.utils.cpp_extension import load
+
+    load(NAME, [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(folder), verbose=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m collect.measure.cpu_alloc", description=__doc__.split("\n")[0])
+    parser.add_argument("--build", action="store_true", help="build the allocator now if it is missing")
+    parser.add_argument("--compile", metavar="DIR", help=argparse.SUPPRESS)  # the build's child process
+    args = parser.parse_args(argv)
+    if not (args.build or args.compile):
+        parser.error("nothing to do: pass --build")
+    if args.compile:
+        _compile_here(Path(args.compile))
+        return 0
+    try:
+        load_or_build()
+    except ToolchainMissing as exc:
+        print(f"note: {exc}", file=sys.stderr)
+        return 0  # the collector runs without it, by the stated fallback
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"CPU counting allocator: {build_dir() / NAME}.so")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

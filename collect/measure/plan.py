@@ -50,7 +50,12 @@ def measure_on_rank(spec: RunSpec, device: torch.device, settings: MeasureSettin
     trainer.close()
     del trainer
     gc.collect()
-    return {"times": times, "peak_mem_bytes": mem.peak_bytes, "rss_hwm_bytes": mem.rss_hwm_bytes}
+    return {
+        "times": times,
+        "peak_mem_bytes": mem.peak_bytes,
+        "rss_hwm_bytes": mem.rss_hwm_bytes,
+        "peak_mem_method": mem.method,
+    }
 
 
 def _sync(device: torch.device) -> None:

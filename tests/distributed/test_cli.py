@@ -1,22 +1,26 @@
 """`python -m collect measure SPEC.json` end to end, and its error messages."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from collect.measure.memory import CPU_FALLBACK_METHOD
+
 pytestmark = pytest.mark.distributed
 
 
-def _run(tmp_path, spec: dict):
+def _run(tmp_path, spec: dict, *flags: str, env: dict | None = None):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     return subprocess.run(
-        [sys.executable, "-m", "collect", "measure", str(path), "--iters", "2", "--warmup", "0"],
+        [sys.executable, "-m", "collect", "measure", str(path), "--iters", "2", "--warmup", "0", *flags],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
 
 
@@ -50,3 +54,30 @@ def test_invalid_spec_is_rejected_before_any_process_starts(tmp_path):
     assert proc.returncode != 0
     assert "plan.dp (2) * plan.cp (1) * plan.tp (2) * plan.pp (1) = 4 != cluster world size" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_plan_over_its_capacity_is_refused_unless_allowed(tmp_path):
+    """The spec's training state alone (117,504 parameters x 16 B, FSDP-sharded over 2 ranks: 0.9 MiB) is over a
+    256 KiB capacity: refused before any rank starts, with the arithmetic; --allow-oom runs it, and the measured
+    peak labels it oom."""
+    small = {**SPEC, "cluster": {**SPEC["cluster"], "memory_bytes": 2**18}}
+    refused = _run(tmp_path, small)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "cannot fit, so nothing is run" in refused.stderr and "> cluster.memory_bytes 262,144 B" in refused.stderr
+    allowed = _run(tmp_path, small, "--allow-oom")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["status"] == "oom"
+
+
+def test_without_a_compiler_rows_say_how_their_peak_was_read(tmp_path):
+    """No compiler or ninja on PATH and no built allocator: one line says what to install, the plan is measured,
+    and its row names the fallback method, never the counting allocator's."""
+    (tmp_path / "bin").mkdir()
+    env = {**os.environ, "PATH": str(tmp_path / "bin"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
+    proc = _run(tmp_path, SPEC, env=env)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if "counting allocator" in line]
+    assert len(notes) == 1 and "apt-get install g++" in notes[0] and "Traceback" not in proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["status"] == "ok" and row["peak_mem_method"] == CPU_FALLBACK_METHOD
+    assert row["peak_mem_bytes"] > 0
