@@ -7,6 +7,7 @@ raises anything else on any bytes a file can hold.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
@@ -24,8 +25,9 @@ class InputError(ValueError):
     """Bad input from the shell; its message is what the user reads."""
 
 
-def read_json(path: str | Path):
-    """The JSON value in ``path`` (UTF-8, at most MAX_INPUT_BYTES)."""
+def read_text(path: str | Path) -> str:
+    """The text in ``path`` (at most MAX_INPUT_BYTES), decoded as the HTTP service decodes a body (json.loads of
+    bytes): UTF-8 with or without a BOM, UTF-16 or UTF-32 by their BOM or their zero bytes."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_INPUT_BYTES + 1)
@@ -33,12 +35,20 @@ def read_json(path: str | Path):
         raise InputError(f"error: cannot read {path}: {e.strerror}") from None
     if len(raw) > MAX_INPUT_BYTES:
         raise InputError(f"error: {path} is over {MAX_INPUT_BYTES} bytes; a request file is a few KB")
+    encoding = json.detect_encoding(raw)
+    skip = len(codecs.BOM_UTF8) if encoding == "utf-8-sig" else 0  # so an offset below counts from the file's start
     try:
-        text = raw.decode("utf-8")
+        return raw[skip:].decode(encoding.removesuffix("-sig"))
     except UnicodeDecodeError as e:
+        at, name = skip + e.start, "UTF-8" if encoding.startswith("utf-8") else encoding.upper()
         raise InputError(
-            f"error: {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8 JSON"
+            f"error: {path} is not {name} text (byte 0x{raw[at]:02x} at offset {at}); save it as UTF-8"
         ) from None
+
+
+def read_json(path: str | Path):
+    """The JSON value in ``path`` (read_text's encodings, at most MAX_INPUT_BYTES)."""
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

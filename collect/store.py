@@ -9,8 +9,9 @@ the journal. Rows are keyed by ``measurement_id``; a row present in both files
 
 Corruption is never silent: an unreadable Parquet file, one without the key
 columns, or a journal line that is not a row (bad bytes, bad JSON, not an
-object, no ``measurement_id`` or ``status``) raises CorruptResultsError naming
-the file, line and rule, and leaves the files as they were. The one exception
+object, no ``measurement_id`` or ``status``, a value of the wrong kind for its
+column, collect.rows: ``"iter_time_s": "fast"``) raises CorruptResultsError
+naming the file, line and rule, and leaves the files as they were. The one exception
 is a torn last line with no newline, which is what a kill mid-write leaves: it
 is moved aside to ``<journal>.torn-<time>`` (kept, not deleted) and reported.
 
@@ -37,8 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-KEY = "measurement_id"
-STATUSES = ("ok", "oom", "error", "timeout")
+from collect.rows import KEY, row_problem
 
 
 class CorruptResultsError(RuntimeError):
@@ -166,7 +166,14 @@ class ResultStore:
         if len(df) == 0:
             return df
         with _writing_to(self.parquet_path), self._temporary() as tmp:
-            df.to_parquet(tmp, compression="zstd", index=False)
+            try:
+                df.to_parquet(tmp, compression="zstd", index=False)
+            except (ValueError, TypeError, OverflowError, NotImplementedError) as exc:  # pyarrow's, by column
+                # the row checks know their columns; two rows disagreeing on another one's type end here
+                raise CorruptResultsError(
+                    f"{self.journal_path}: its rows cannot be stored as Parquet ({str(exc)[:300]}); fix the rows "
+                    "whose values differ in type from the rest of that column, nothing was changed"
+                ) from None
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, self.parquet_path)
@@ -180,7 +187,10 @@ class ResultStore:
     def _temporary(self):
         """A temporary file beside the store, named for this writer alone; removed if not renamed."""
         fd, name = tempfile.mkstemp(dir=self.parquet_path.parent, prefix=f"{self.parquet_path.name}.", suffix=".tmp")
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o644)  # renamed over the store: readable by the other users of a shared data folder
+        finally:
+            os.close(fd)
         try:
             yield Path(name)
         finally:
@@ -211,7 +221,7 @@ class ResultStore:
                 f"{where}: malformed row ({type(exc).__name__}: {str(exc)[:200]}); "
                 "fix or remove that line, nothing was changed"
             ) from None
-        problem = _row_problem(row)
+        problem = row_problem(row)
         if problem:
             raise CorruptResultsError(
                 f"{where}: not a results row ({problem}); fix or remove that line, nothing was changed"
@@ -229,16 +239,6 @@ class ResultStore:
             f"moved its {len(torn)} bytes to {aside}",
             stacklevel=2,
         )
-
-
-def _row_problem(row) -> str | None:
-    if not isinstance(row, dict):
-        return f"a JSON {type(row).__name__}, not an object"
-    if not isinstance(row.get(KEY), str) or not row[KEY]:
-        return f"no {KEY!r} string"
-    if row.get("status") not in STATUSES:
-        return f"'status' is {row.get('status')!r}, not one of {list(STATUSES)}"
-    return None
 
 
 def _json_default(value):

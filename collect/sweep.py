@@ -20,6 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
+from collect.inputs import InputError, read_text
 from collect.measure.plan import MeasureSettings
 from collect.schema import (
     PIPELINE_SCHEDULES,
@@ -131,8 +132,16 @@ class SweepSpec(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "SweepSpec":
-        with open(path) as f:
-            return cls.model_validate(yaml.safe_load(f))
+        text = read_text(path)  # the encodings and size limit of every other file the commands read
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            raise InputError(f"error: {path} is not valid YAML: {getattr(e, 'problem', None) or e}{where}") from None
+        except RecursionError:
+            raise InputError(f"error: {path} is nested too deeply to be a sweep") from None
+        return cls.model_validate(data)
 
 
 def divisors(n: int) -> list[int]:

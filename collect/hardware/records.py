@@ -19,6 +19,7 @@ from pathlib import Path
 
 from collect import REPO
 from collect.hardware.costmodel import fit_three_region
+from collect.schema.shown import shown
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -70,7 +71,7 @@ def load_hardware(name: str, hardware_dir: str | Path = "data/hardware") -> dict
     dirs = hardware_dirs(hardware_dir)
     if not FINGERPRINT_ID.fullmatch(name) or ".." in name:
         raise UnknownHardware(
-            f"hardware {name!r}: not a preset (presets: {sorted(_presets())}), and not a "
+            f"hardware {shown(name)}: not a preset (presets: {sorted(_presets())}), and not a "
             "fingerprint id (letters, digits, '.', '_' and '-', as collect names them)"
         )
     path = next((d / f"{name}.json" for d in dirs if (d / f"{name}.json").is_file()), None)

@@ -15,7 +15,7 @@ from pydantic import model_validator
 
 from collect.schema.choices import Strict
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
-from collect.schema.plan import Cluster, Plan
+from collect.schema.plan import MAX_STAGES, Cluster, Plan
 from collect.schema.workload import LATER_FIELDS, Workload
 
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
@@ -111,6 +111,11 @@ def _pp_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(f"plan.pp_schedule 'interleaved_1f1b' needs plan.virtual_stages >= 2, got {p.virtual_stages}")
     if not interleaved and p.virtual_stages != 1:
         problems.append(f"plan.virtual_stages ({p.virtual_stages}) > 1 needs pp_schedule 'interleaved_1f1b'")
+    if p.num_stages > MAX_STAGES:  # before listing each stage's layers
+        return problems + [
+            f"plan.pp ({p.pp}) * plan.virtual_stages ({p.virtual_stages}) = {p.num_stages} pipeline stages is over "
+            f"the limit of {MAX_STAGES}"
+        ]
     counts = p.stage_layers(w.layers, w.pipeline_costs)
     # the first and last stages hold the embedding and the head even without a layer; a middle one would be empty
     # (Nanotron's split by weights leaves stages past the layers empty, and runs them)

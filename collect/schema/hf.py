@@ -10,8 +10,13 @@ norms: under 0.1% of the parameters).
 
 from __future__ import annotations
 
+from collect.schema.shown import shown
+
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM")
+# No real model's size comes near 2**31; checked with the type before any arithmetic, since a list or a string
+# times a head count is a multi-gigabyte list, and a 10**30 an OverflowError, not a refusal naming the field.
+MAX_SIZE = 2**31
 
 
 class HFConfigError(ValueError):
@@ -19,7 +24,10 @@ class HFConfigError(ValueError):
 
 
 def hf_fields(config: dict, seq_len: int | None) -> tuple[dict, list[str]]:
-    """(Workload fields without the batch, notes on what was approximated) for a config.json's content."""
+    """(Workload fields without the batch, notes on what was approximated) for a config.json's content.
+
+    Every field read is checked for its type and range before it is used: a wrong one is an HFConfigError
+    naming it, never another exception."""
     if not isinstance(config, dict):
         raise HFConfigError(f"config.json must hold a JSON object, got a {type(config).__name__}")
     arch = _architecture(config)
@@ -34,32 +42,57 @@ def hf_fields(config: dict, seq_len: int | None) -> tuple[dict, list[str]]:
 
 
 def _architecture(config: dict) -> str:
-    names = config.get("architectures") or []
+    names = config.get("architectures")
     covered = LLAMA_ARCHITECTURES + MOE_ARCHITECTURES
-    for name in names if isinstance(names, list) else []:
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise HFConfigError(f"config.json field 'architectures' must be a list of strings, got {shown(names)}")
+    for name in names or []:
         if name in covered:
             return name
-    raise HFConfigError(f"config.json architectures {names!r} are not covered; plansight reads {', '.join(covered)}")
+    raise HFConfigError(
+        f"config.json architectures {shown(names or [])} are not covered; plansight reads {', '.join(covered)}"
+    )
 
 
-def _int(config: dict, field: str, default: int | None = None) -> int:
-    value = config.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HFConfigError(f"config.json field {field!r} must be a non-negative integer, got {value!r}")
+def _int(config: dict, field: str, default: int | None = None, minimum: int = 1) -> int:
+    """An integer field from ``minimum`` to MAX_SIZE; null or absent reads ``default`` (None: required)."""
+    value = config.get(field)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SIZE:
+        got = "nothing (the field is required)" if value is None else shown(value)
+        raise HFConfigError(f"config.json field {field!r} must be an integer from {minimum} to 2**31, got {got}")
+    return value
+
+
+def _optional_int(config: dict, field: str, minimum: int = 1) -> int | None:
+    return None if config.get(field) is None else _int(config, field, minimum=minimum)
+
+
+def _bool(config: dict, field: str, default: bool) -> bool:
+    """Strictly true or false: "no" or 0 would read as whatever truthiness makes of them."""
+    value = config.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise HFConfigError(f"config.json field {field!r} must be true or false, got {shown(value)}")
     return value
 
 
 def _refuse_what_no_family_covers(config: dict, arch: str, seq_len: int | None) -> None:
     act = config.get("hidden_act", "silu")
+    if not isinstance(act, str):
+        raise HFConfigError(f"config.json field 'hidden_act' must be a string, got {shown(act)}")
     if act != "silu":
-        raise HFConfigError(f"config.json hidden_act {act!r}: the llama and moe families use SwiGLU (silu)")
-    if config.get("kv_lora_rank") or config.get("q_lora_rank"):
-        raise HFConfigError(
-            "config.json kv_lora_rank: multi-head latent attention (DeepSeek-V3) is not in the llama/moe family; "
-            "its attention would be priced as grouped-query attention, which it is not"
-        )
-    window = config.get("sliding_window")
-    if window and seq_len and config.get("use_sliding_window", arch == "MistralForCausalLM") and window < seq_len:
+        raise HFConfigError(f"config.json hidden_act {shown(act)}: the llama and moe families use SwiGLU (silu)")
+    for rank in ("kv_lora_rank", "q_lora_rank"):
+        if _optional_int(config, rank, minimum=0):
+            raise HFConfigError(
+                f"config.json {rank}: multi-head latent attention (DeepSeek-V3) is not in the llama/moe family; "
+                "its attention would be priced as grouped-query attention, which it is not"
+            )
+    window = _optional_int(config, "sliding_window", minimum=0)
+    windowed = _bool(config, "use_sliding_window", arch == "MistralForCausalLM")
+    if window and seq_len and windowed and window < seq_len:
         raise HFConfigError(
             f"config.json sliding_window ({window}) is shorter than seq_len ({seq_len}): windowed attention is not "
             "in the llama family"
@@ -75,12 +108,13 @@ def _attention(config: dict, arch: str, notes: list[str]) -> dict:
         "heads": heads,
         "kv_heads": _int(config, "num_key_value_heads", heads),
         "vocab": _int(config, "vocab_size"),
-        "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "tied_embeddings": _bool(config, "tie_word_embeddings", False),
     }
-    head_dim = config.get("head_dim")
+    head_dim = _optional_int(config, "head_dim")
     if head_dim is not None and head_dim * heads != hidden:
-        fields["head_dim"] = _int(config, "head_dim")
-    if arch.startswith("Qwen2") and config.get("attention_bias", True):
+        fields["head_dim"] = head_dim
+    biased = _bool(config, "attention_bias", True)
+    if arch.startswith("Qwen2") and biased:
         notes.append("Qwen2's q/k/v biases are not counted (under 0.1% of the parameters)")
     if arch.startswith("Qwen3"):
         notes.append("Qwen3's q/k RMSNorms are not counted (2 x head_dim parameters per layer)")
@@ -99,8 +133,8 @@ def _experts(config: dict, arch: str) -> dict:
             "experts": _int(config, "n_routed_experts"),
             "top_k": _int(config, "num_experts_per_tok"),
             "expert_ffn_hidden": _int(config, "moe_intermediate_size"),
-            "shared_experts": _int(config, "n_shared_experts", 0),
-            "first_dense_layers": _int(config, "first_k_dense_replace", 0),
+            "shared_experts": _int(config, "n_shared_experts", 0, minimum=0),
+            "first_dense_layers": _int(config, "first_k_dense_replace", 0, minimum=0),
             "moe_every": _int(config, "moe_layer_freq", 1),
             "ffn_hidden": _int(config, "intermediate_size"),
         }
@@ -108,9 +142,12 @@ def _experts(config: dict, arch: str) -> dict:
 
 
 def _qwen_experts(config: dict) -> dict:
-    if config.get("mlp_only_layers"):
+    dense = config.get("mlp_only_layers")
+    if dense is not None and not isinstance(dense, list):
+        raise HFConfigError(f"config.json field 'mlp_only_layers' must be a list of layer indices, got {shown(dense)}")
+    if dense:
         raise HFConfigError(
-            f"config.json mlp_only_layers {config['mlp_only_layers']!r}: dense layers picked by index are not "
+            f"config.json mlp_only_layers {shown(dense)}: dense layers picked by index are not "
             "expressible; the moe family has leading dense layers and a MoE period (moe_every)"
         )
     width = _int(config, "moe_intermediate_size")
@@ -122,7 +159,7 @@ def _qwen_experts(config: dict) -> dict:
     }
     if fields["moe_every"] > 1:
         fields["ffn_hidden"] = _int(config, "intermediate_size")
-    shared = _int(config, "shared_expert_intermediate_size", 0)
+    shared = _int(config, "shared_expert_intermediate_size", 0, minimum=0)
     if shared % width:
         raise HFConfigError(
             f"config.json shared_expert_intermediate_size ({shared}) is not a whole number of experts of "

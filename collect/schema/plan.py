@@ -21,6 +21,11 @@ CONVENTIONS = (
     "attention_keeps_packed_qkv",
     "tp_layer_latency",
 )
+# bounds far past any cluster (a million GPUs), so no degree reaches a check's arithmetic unbounded; the service
+# bounds a plan's pipeline tighter (serve.schemas)
+MAX_DEGREE = 2**20
+MAX_MICROBATCHES = 2**30
+MAX_STAGES = 2**16  # pp * virtual_stages: checks.plan_problems lists each stage's layers only below this
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
 
@@ -28,11 +33,11 @@ LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
 class Plan(Strict):
     """How a workload is parallelised."""
 
-    dp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Data-parallel degree."""
-    tp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Tensor-parallel degree (Megatron column/row split of attention and MLP)."""
-    pp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Pipeline-parallel degree (number of ranks in a pipeline)."""
     sharding: Sharding = "none"
     """How data-parallel replicas hold state: DDP, ZeRO-1 optimizer sharding,
@@ -42,16 +47,16 @@ class Plan(Strict):
     only), or full."""
     pp_schedule: PipelineSchedule | None = None
     """Pipeline schedule; required when pp > 1 (defaults to 1f1b), None when pp = 1."""
-    virtual_stages: int = Field(default=1, ge=1)
+    virtual_stages: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Model chunks per pipeline rank; > 1 only with interleaved_1f1b."""
-    num_microbatches: int = Field(default=1, ge=1)
+    num_microbatches: int = Field(default=1, ge=1, le=MAX_MICROBATCHES)
     """Micro-batches per optimizer step (pipeline depth or gradient accumulation)."""
     sequence_parallel: bool = False
     """Shard norms and residual activations along the sequence over the tp axis."""
-    cp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Context-parallel degree: each sample's sequence is split over cp ranks, attention runs as a ring
     passing key/value shards (torch's context_parallel); its own mesh axis between dp and tp."""
-    ep: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Expert-parallel degree (moe): the experts of a layer are split over ep ranks, tokens reach them by
     all-to-all; ep borrows its ranks from the dp x cp ranks (as torchtitan's dp_shard_in_ep), adding none."""
     float8_all_gather: bool = False
@@ -197,14 +202,25 @@ def _split_by_weights(layers: int, layer_cost: int, head_cost: int, stages: int)
     then the norm and the head) are placed on the current stage, which is left once the running cost passes its
     share, total x (s + 1) / stages. Integer costs and that float share, as Nanotron compares them: on ties (the
     1B model over 4 stages) a layer more or less on the first stage. The head, and any stage past the layers,
-    holds none; a middle stage may then have no layer (the 1B model over 8 stages: 3, 3, 2, 3, 2, 3, 0, 0)."""
+    holds none; a middle stage may then have no layer (the 1B model over 8 stages: 3, 3, 2, 3, 2, 3, 0, 0).
+    Computed stage by stage, not layer by layer (a request may name 10^8 layers): stage s takes layers until the
+    running cost first passes its share, the same comparison as Nanotron's loop, solved for the layer count."""
     total = layers * layer_cost + head_cost
-    counts, stage, running = [0] * stages, 0, 0
-    for _ in range(layers):
-        counts[stage] += 1
-        running += layer_cost
-        if running > total * ((stage + 1) / stages):
-            stage += 1
+    counts, placed = [0] * stages, 0
+    for stage in range(stages):
+        if placed == layers:
+            break
+        share = total * ((stage + 1) / stages)
+        # the fewest layers k >= 1 with (placed + k) * layer_cost > share: a guess from the float quotient, then
+        # corrected by the exact integer-against-float comparison the loop makes
+        k = max(1, int(share // layer_cost) + 1 - placed)
+        while k > 1 and (placed + k - 1) * layer_cost > share:
+            k -= 1
+        while placed + k < layers and (placed + k) * layer_cost <= share:
+            k += 1
+        k = min(k, layers - placed)
+        counts[stage] = k
+        placed += k
     return tuple(counts)
 
 

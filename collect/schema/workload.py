@@ -21,6 +21,15 @@ from collect.schema.hf import hf_fields
 # Fields that belong to one family only: any other family must leave them unset.
 _LLAMA_FIELDS = ("kv_heads", "head_dim", "ffn_hidden", "tied_embeddings")
 _MOE_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "first_dense_layers", "moe_every")
+# What a workload may be, far past any model trained today (Llama 3.1 405B: 126 layers, width 16,384, 128 heads,
+# 128k tokens of context and vocabulary; DeepSeek-V3: 256 experts), so that no size reaches the arithmetic of a
+# check or a graph unbounded: every count a validator or the graph derives from them stays small.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 2**20
+MAX_HEADS = 16_384
+MAX_TOKENS = 2**24  # sequence length and vocabulary
+MAX_BATCH = 2**30  # samples
+MAX_EXPERTS = 65_536
 # Fields that came after the GPT family's data was collected (collect.schema.checks keeps its run ids stable)
 LATER_FIELDS = (*_LLAMA_FIELDS, *_MOE_FIELDS, "expert_imbalance", "float8")
 
@@ -30,43 +39,43 @@ class Workload(Strict):
 
     family: Family = "gpt"
     """Model family: gpt, llama or moe (see the module docstring)."""
-    layers: int = Field(ge=1)
+    layers: int = Field(ge=1, le=MAX_LAYERS)
     """Number of transformer blocks."""
-    hidden: int = Field(ge=1)
+    hidden: int = Field(ge=1, le=MAX_WIDTH)
     """Model width d."""
-    heads: int = Field(ge=1)
+    heads: int = Field(ge=1, le=MAX_HEADS)
     """Query heads."""
-    seq_len: int = Field(ge=1)
+    seq_len: int = Field(ge=1, le=MAX_TOKENS)
     """Tokens per sample."""
-    vocab: int = Field(ge=2)
+    vocab: int = Field(ge=2, le=MAX_TOKENS)
     """Vocabulary size."""
-    micro_batch_size: int = Field(ge=1)
+    micro_batch_size: int = Field(ge=1, le=MAX_BATCH)
     """Samples per micro-batch on one data-parallel replica."""
-    global_batch_size: int = Field(ge=1)
+    global_batch_size: int = Field(ge=1, le=MAX_BATCH)
     """Samples per optimizer step over all replicas and micro-batches."""
     dtype: DType = "float32"
     """Parameter and activation dtype."""
-    kv_heads: int | None = Field(default=None, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
     """llama/moe: key/value heads (grouped-query attention); unset: as many as heads."""
-    head_dim: int | None = Field(default=None, ge=1)
+    head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     """llama/moe: width of one head; unset: hidden / heads."""
-    ffn_hidden: int | None = Field(default=None, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     """llama/moe: SwiGLU width of a dense MLP (moe: of its dense layers, if any)."""
     tied_embeddings: bool = False
     """llama/moe: the LM head reuses the token embedding's weight."""
-    experts: int | None = Field(default=None, ge=1)
+    experts: int | None = Field(default=None, ge=1, le=MAX_EXPERTS)
     """moe: routed experts per MoE layer."""
-    top_k: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=1, le=MAX_EXPERTS)
     """moe: routed experts each token goes through."""
-    expert_ffn_hidden: int | None = Field(default=None, ge=1)
+    expert_ffn_hidden: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
     """moe: SwiGLU width of one expert."""
-    shared_experts: int = Field(default=0, ge=0)
+    shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
     """moe: experts of expert_ffn_hidden width every token goes through (DeepSeek style)."""
-    first_dense_layers: int = Field(default=0, ge=0)
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """moe: leading layers with a dense MLP instead (DeepSeek-V3: 3)."""
-    moe_every: int = Field(default=1, ge=1)
+    moe_every: int = Field(default=1, ge=1, le=MAX_LAYERS)
     """moe: after the dense ones, every moe_every-th layer is MoE (1: all; 2: every other)."""
-    expert_imbalance: float = Field(default=1.0, ge=1.0)
+    expert_imbalance: float = Field(default=1.0, ge=1.0, le=MAX_EXPERTS)
     """moe: tokens of the busiest expert-parallel rank over the mean (1.0: routing perfectly even)."""
     float8: Float8 = "none"
     """FP8 training as torchao's float8 does it: FP8 GEMMs with tensorwise or rowwise scaling, bfloat16 elsewhere."""

@@ -1,7 +1,11 @@
+import random
+import threading
+
 import pytest
 from pydantic import ValidationError
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
+from collect.schema.plan import _split_by_weights
 from tests.conftest import TINY, tiny_spec
 
 
@@ -171,3 +175,44 @@ def test_num_params_matches_the_model():
     with torch.device("meta"):
         model = GPT(w)
     assert sum(p.numel() for p in model.parameters()) == w.num_params
+
+
+# --- Nanotron's split by weights, computed stage by stage, gives what its layer-by-layer loop gives ---
+
+
+def _nanotron_loop(layers: int, layer_cost: int, head_cost: int, stages: int) -> tuple[int, ...]:
+    """Nanotron's build_model as it is written: one layer at a time."""
+    total = layers * layer_cost + head_cost
+    counts, stage, running = [0] * stages, 0, 0
+    for _ in range(layers):
+        counts[stage] += 1
+        running += layer_cost
+        if running > total * ((stage + 1) / stages):
+            stage += 1
+    return tuple(counts)
+
+
+def test_the_closed_form_matches_the_loop_on_random_and_tied_shapes():
+    rng = random.Random(0)
+    cases = [(16, 100, 0, 4), (16, 100, 400, 4), (32, 7, 7, 8), (1, 5, 5, 1), (3, 10, 10**6, 8)]
+    for _ in range(3000):
+        cases.append(
+            (
+                rng.randint(1, 300),
+                rng.choice([1, 3, 7, 10**6, rng.randint(1, 10**9)]),
+                rng.randint(0, 10**10),
+                rng.randint(1, 64),
+            )
+        )
+    for case in cases:
+        assert _split_by_weights(*case) == _nanotron_loop(*case), case
+
+
+def test_a_huge_layer_count_is_split_without_walking_its_layers():
+    # 10^15 layers: a walk over them would not end in this test's lifetime, whatever the machine
+    plan, result = Plan(pp=8, pipeline_split="weights"), []
+    worker = threading.Thread(target=lambda: result.append(plan.stage_layers(10**15, (1000, 5000))), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert result, "the split walked the layers"
+    assert sum(result[0]) == 10**15 and len(result[0]) == 8

@@ -136,3 +136,48 @@ def test_a_full_disk_is_one_error_naming_the_path_and_keeps_what_was_stored(tmp_
     with pytest.raises(StoreWriteError, match=r"cannot write .*s\.journal\.jsonl: No space left on device"):
         store.append(_row(1))
     assert list(pd.read_parquet(store.parquet_path).measurement_id) == ["m0"]
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        ({"iter_time_s": "fast"}, "'iter_time_s' is 'fast', not a number or null"),
+        ({"dp": "two"}, "'dp' is 'two', not a number or null"),
+        ({"sequence_parallel": "no"}, "'sequence_parallel' is 'no', not true, false or null"),
+        ({"peak_mem_bytes_per_rank": [1, "x"]}, "'peak_mem_bytes_per_rank' is \\[1, 'x'\\], not a list of numbers"),
+        ({"host": {"name": "a"}}, "'host' is \\{'name': 'a'\\}, not a string or null"),
+        ({"anything": 10**30}, r"'anything' is 10+, not a string, number, .* \(integers within 64 bits\)"),
+        ({"iter_time_s": "x" * 100_000}, r"'iter_time_s' is 'x+\.\.\. \(100002 chars\), not a number"),
+    ],
+)
+def test_a_journal_value_of_the_wrong_kind_is_refused_before_compaction(tmp_path, change, rule):
+    store = ResultStore(tmp_path / "s.parquet")
+    store.append(_row(0))
+    store.append({**_row(1), **change})
+    before = store.journal_path.read_bytes()
+    with pytest.raises(CorruptResultsError, match=rf"s\.journal\.jsonl:2: not a results row \({rule}"):
+        store.compact()
+    assert store.journal_path.read_bytes() == before and not store.parquet_path.exists()
+
+
+def test_rows_disagreeing_on_an_unknown_column_are_refused_by_the_compaction(tmp_path):
+    store = ResultStore(tmp_path / "s.parquet")
+    store.append({**_row(0), "note": 1.5})
+    store.append({**_row(1), "note": "late"})
+    before = store.journal_path.read_bytes()
+    with pytest.raises(CorruptResultsError, match=r"s\.journal\.jsonl: its rows cannot be stored.*column note"):
+        store.compact()
+    assert store.journal_path.read_bytes() == before and not store.parquet_path.exists()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_compacted_files_are_readable_by_the_other_users_of_a_shared_folder(tmp_path):
+    store = ResultStore(tmp_path / "s.parquet")
+    store.append(_row(0))
+    store.compact()
+    assert store.parquet_path.stat().st_mode & 0o777 == 0o644
+    with open(store.journal_path, "a") as f:
+        f.write('{"measurement_id": "m1", "sta')  # a torn line: the journal is rewritten without it
+    with pytest.warns(UserWarning, match="cut off mid-write"):
+        store.load()
+    assert store.journal_path.stat().st_mode & 0o777 == 0o644

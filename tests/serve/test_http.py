@@ -70,7 +70,7 @@ def test_invalid_plan_is_422_naming_the_field_and_rule(server):
         ({"workload": WORKLOAD, "cluster": CLUSTER, "plans": []}, "plans"),
         (
             {
-                "workload": {**WORKLOAD, "layers": 10**6, "hidden": 10**5, "heads": 100},
+                "workload": {**WORKLOAD, "layers": 10_000, "hidden": 10**5, "heads": 100},
                 "cluster": CLUSTER,
                 "plans": PLANS,
             },
