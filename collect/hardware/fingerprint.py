@@ -1,6 +1,6 @@
 """Hardware fingerprint: measured compute and communication facts of the sweep's machine.
 
-Compute (one rank, one thread, as the ranks run): matmul throughput at a few
+Compute (one rank, one thread, as the ranks run; on a GPU, that rank's device): matmul throughput at a few
 sizes and dtypes, and memory bandwidth of a large copy. Communication (every
 group size the sweep uses): median latency of all-reduce, all-gather,
 reduce-scatter, all-to-all and send/recv over message sizes doubling from a few
@@ -22,6 +22,8 @@ from collect.measure.blocks import concurrency_points, measure_block_profile, tp
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 MATMUL_SIZES = (128, 256, 512, 1024)
+CUDA_MATMUL_SIZES = (1024, 2048, 4096, 8192)  # a GPU's 1024^3 product takes microseconds: launch-bound
+COPY_BYTES, CUDA_COPY_BYTES = 64 * 2**20, 2**30  # a GPU copies 64 MiB in ~30 us
 MATMUL_DTYPES = ("float32", "bfloat16")
 BLOCK_REPEATS = 5  # a tensor-parallel layer on 4 ranks sharing 2 cores takes up to ~0.2 s
 
@@ -35,47 +37,64 @@ def message_sizes(max_bytes: int, min_bytes: int = 16) -> list[int]:
 
 
 def measure_fingerprint_on_rank(
-    max_bytes: int, repeats: int = 15, blocks: bool = True, block_grid: list | None = None
+    max_bytes: int,
+    repeats: int = 15,
+    blocks: bool = True,
+    block_grid: list | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> list[dict]:
     """This rank's points: compute (one rank) or collectives (more), and with ``blocks`` the block profile (one
-    rank, over ``block_grid`` or collect.measure.blocks' default) and the concurrency points (every world size)."""
+    rank, over ``block_grid`` or collect.measure.blocks' default) and the concurrency points (every world size).
+    ``device``: the CPU (local pool) or this rank's GPU (torchrun); ``dtype``: the blocks' (a GPU sweep's bf16)."""
 
-    world, cpu = dist.get_world_size(), torch.device("cpu")
+    world, device = dist.get_world_size(), device or torch.device("cpu")
     if world == 1:
-        points = _compute_points(repeats) + (measure_block_profile(cpu, grid=block_grid) if blocks else [])
+        points = _compute_points(repeats, device)
+        points += measure_block_profile(device, dtype, grid=block_grid) if blocks else []
     else:
         points = [
-            _collective_point(op, size, world, repeats) for op in COLLECTIVES for size in message_sizes(max_bytes)
+            _collective_point(op, size, world, repeats, device)
+            for op in COLLECTIVES
+            for size in message_sizes(max_bytes)
         ]
-        points += tp_layer_points(cpu, torch.float32, BLOCK_REPEATS, block_grid) if blocks else []
-    return points + (concurrency_points(cpu, torch.float32, repeats) if blocks else [])
+        points += tp_layer_points(device, dtype, BLOCK_REPEATS, block_grid) if blocks else []
+    return points + (concurrency_points(device, dtype, repeats) if blocks else [])
 
 
-def _time(fn, repeats: int, barrier: bool) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # kernels and NCCL collectives return before they finish
+
+
+def _time(fn, repeats: int, barrier: bool, device: torch.device) -> float:
     fn()  # warm-up: first call pays connection and allocation set-up
     samples = []
     for _ in range(repeats):
         if barrier:
             dist.barrier()
+        _sync(device)
         start = time.perf_counter()
         fn()
+        _sync(device)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
 
-def _compute_points(repeats: int) -> list[dict]:
+def _compute_points(repeats: int, device: torch.device) -> list[dict]:
     points = []
+    cuda = device.type == "cuda"
     for dtype in MATMUL_DTYPES:
-        for n in MATMUL_SIZES:
-            a = torch.randn(n, n).to(getattr(torch, dtype))
-            b = torch.randn(n, n).to(getattr(torch, dtype))
-            seconds = _time(lambda: torch.mm(a, b), repeats, barrier=False)
+        for n in CUDA_MATMUL_SIZES if cuda else MATMUL_SIZES:
+            a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+            b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+            seconds = _time(lambda: torch.mm(a, b), repeats, barrier=False, device=device)
             points.append(
                 {"kind": "matmul", "dtype": dtype, "n": n, "time_s": seconds, "flops_per_s": 2 * n**3 / seconds}
             )
-    src = torch.empty(64 * 2**20, dtype=torch.uint8)
+    src = torch.empty(CUDA_COPY_BYTES if cuda else COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = _time(lambda: dst.copy_(src), repeats, barrier=False)
+    seconds = _time(lambda: dst.copy_(src), repeats, barrier=False, device=device)
     # a copy reads and writes every byte once
     points.append(
         {"kind": "memory_bandwidth", "bytes": src.numel(), "time_s": seconds, "bytes_per_s": 2 * src.numel() / seconds}
@@ -83,25 +102,25 @@ def _compute_points(repeats: int) -> list[dict]:
     return points
 
 
-def _collective_point(op: str, size: int, world: int, repeats: int) -> dict:
+def _collective_point(op: str, size: int, world: int, repeats: int, device: torch.device) -> dict:
     numel = max(world, size // 4)
     numel -= numel % world  # divisible for the scatter/gather collectives
-    x = torch.ones(numel)
+    x = torch.ones(numel, device=device)
     rank = dist.get_rank()
     if op == "all_reduce":
         fn = lambda: dist.all_reduce(x)
     elif op == "all_gather":
-        out = torch.empty(numel * world)
+        out = torch.empty(numel * world, device=device)
         fn = lambda: dist.all_gather_single(out, x)
     elif op == "reduce_scatter":
-        out = torch.empty(numel // world)
+        out = torch.empty(numel // world, device=device)
         fn = lambda: dist.reduce_scatter_single(out, x)
     elif op == "all_to_all":
         out = torch.empty_like(x)
         fn = lambda: dist.all_to_all_single(out, x)
     else:  # send_recv: rank 0 <-> 1 ping, the pipeline's point-to-point pattern
         fn = lambda: _ping(x, rank)
-    seconds = _time(fn, repeats, barrier=True)
+    seconds = _time(fn, repeats, barrier=True, device=device)
     return {"kind": "collective", "op": op, "group_size": world, "bytes": numel * 4, "time_s": seconds}
 
 

@@ -41,7 +41,12 @@ def take_fingerprint(
         if ws > 1
         for pt in pool.fingerprint(max_bytes=max_bytes, blocks=blocks)
     ]
-    points = solo + multi
+    return save_fingerprint(solo + multi, hardware_dir, host, {"device": "cpu", "threads_per_rank": 1})
+
+
+def save_fingerprint(points: list[dict], hardware_dir: Path, host: str, machine: dict) -> str:
+    """Save the measured points as ``hardware_dir/<id>.json`` and return the id. ``machine``: what the device is
+    (``device``: cpu or cuda, and what else names it: threads per rank, the GPU's name and kind)."""
     collectives = [pt for pt in points if pt["kind"] == "collective"]
     now = datetime.datetime.now(datetime.timezone.utc)
     fingerprint_id = f"{host}-{now:%Y%m%dT%H%M%S}"
@@ -51,8 +56,7 @@ def take_fingerprint(
         "host": host,
         "measured_at": now.isoformat(timespec="seconds"),
         "torch": torch.__version__,
-        "device": "cpu",
-        "threads_per_rank": 1,
+        **machine,
         "compute": [pt for pt in points if pt["kind"] in ("matmul", "memory_bandwidth")],
         "collectives": collectives,
         "collective_fits": fit_collectives(collectives),

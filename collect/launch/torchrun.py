@@ -5,8 +5,11 @@
 ``python -m collect sweep`` lands here when torchrun's environment is set. Every
 rank walks the same schedule (plans of this job's world size only), measures
 with the same ``measure_on_rank`` as the local pool, and rank 0 gathers the
-per-rank outcomes and appends rows. A plan that kills the job (a device OOM
-on some ranks, a hang until the NCCL timeout) cannot be recorded by the job
+per-rank outcomes and appends rows. On GPUs the job first takes its fingerprint
+on its own devices (``fingerprint_on_ranks``: on one GPU, matmuls, a copy and the
+block profile in the sweep's dtype; on more, the collectives over all of them),
+saved to data/hardware, whose id every row carries. A plan that kills the job (a device
+OOM on some ranks, a hang until the NCCL timeout) cannot be recorded by the job
 itself: rank 0 keeps the plan in flight in ``<sweep>.inflight``, and the next
 run records it as an error and moves on. Restart the job (``srun`` again, or
 ``--requeue``) to resume. An active sweep runs the same way through
@@ -16,9 +19,11 @@ run records it as an error and moves on. Restart the job (``srun`` again, or
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +32,11 @@ import torch
 import torch.distributed as dist
 
 from collect.active import ActiveLoop, Surrogate
+from collect.hardware.fingerprint import measure_fingerprint_on_rank
+from collect.hardware.take import MAX_MESSAGE_BYTES, largest_message, save_fingerprint
 from collect.launch.result import RankOutcome, build_row, combine_ranks
 from collect.measure.plan import measure_on_rank
+from collect.measure.trainer import TORCH_DTYPES
 from collect.schema import RunSpec
 from collect.store import ResultStore
 from collect.sweep import SweepSpec, all_points, measurement_id, schedule_measurements
@@ -46,22 +54,60 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+def init_torchrun(timeout_s: float) -> torch.device:
+    """This rank's device, with the job's process group: NCCL on GPUs, gloo on CPUs."""
+    device = _device()
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    return device
+
+
+def fingerprint_on_ranks(
+    device: torch.device, max_bytes: int, hardware_dir: str | Path, blocks: bool = True,
+    dtype: torch.dtype = torch.float32, device_kind: str | None = None,
+) -> str | None:  # fmt: skip
+    """The job's fingerprint, every rank measuring on its own device: one rank, compute and (``blocks``) the block
+    profile in ``dtype``; more, the collectives over all of them. Rank 0 saves it and returns its id; others None."""
+    points = measure_fingerprint_on_rank(max_bytes, blocks=blocks, device=device, dtype=dtype)
+    if dist.get_rank() != 0:
+        return None
+    machine = {"device": device.type, "world_size": dist.get_world_size()}
+    if device.type == "cuda":
+        machine |= {
+            "device_kind": device_kind,
+            "device_name": torch.cuda.get_device_name(device),
+            "cuda": torch.version.cuda,
+            "memory_bytes": torch.cuda.get_device_properties(device).total_memory,
+        }
+    return save_fingerprint(points, Path(hardware_dir), socket.gethostname(), machine)
+
+
 def run_under_torchrun(
-    spec: SweepSpec, out_dir: str | Path, limit: int | None = None, surrogate: Callable[[str], Surrogate] | None = None
+    spec: SweepSpec,
+    out_dir: str | Path,
+    limit: int | None = None,
+    surrogate: Callable[[str], Surrogate] | None = None,
+    hardware_dir: str | Path = "data/hardware",
 ) -> dict | None:
     """Returns the status counts on rank 0, None on the other ranks. ``surrogate``: for active sweeps, makes the
     model that chooses plans, given the hardware's name (the sweep's device_kind: a preset such as h100-80gb)."""
     if spec.sampler == "active" and surrogate is None:  # on every rank, before any waits for another
         raise ValueError("sampler: active needs a surrogate: run it with `python -m gnn.acquire SWEEP.yaml`")
-    device = _device()
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=spec.deadline_s)
-    )
+    device = init_torchrun(spec.deadline_s)
     job = _Job(
         spec, ResultStore(Path(out_dir) / f"{spec.name}.parquet"), device, dist.get_rank(), dist.get_world_size()
     )
+    if device.type == "cuda":  # a GPU job fingerprints its machine; CPU jobs (the tests) leave data/hardware alone
+        mine = [p for p in (spec.points or all_points(spec)) if p.cluster.world_size == job.world]
+        job.fingerprint_id = fingerprint_on_ranks(
+            device, largest_message([(p,) for p in mine]) if mine else MAX_MESSAGE_BYTES, hardware_dir,
+            blocks=spec.profile_blocks, dtype=TORCH_DTYPES[mine[0].workload.dtype] if mine else torch.float32,
+            device_kind=spec.device_kind,
+        )  # fmt: skip
     if job.rank == 0:
+        print(f"{spec.name}: fingerprint {job.fingerprint_id}", flush=True)
         _record_crashed_plan(job.store, job.inflight, spec)
+        # the sweep's own spec beside its results, as run (as collect.launch.run writes it)
+        job.store.parquet_path.with_suffix(".sweep.json").write_text(spec.model_dump_json(indent=2))
     if spec.sampler == "active":
         job.run_active(surrogate, limit)
     else:
@@ -82,6 +128,7 @@ class _Job:
     rank: int
     world: int
     counts: dict = field(default_factory=lambda: {"ok": 0, "oom": 0, "error": 0, "timeout": 0})
+    fingerprint_id: str | None = None
 
     @property
     def inflight(self) -> Path:
@@ -140,7 +187,7 @@ class _Job:
         result = combine_ranks(point, dict(enumerate(gathered)), self.world, self.spec.deadline_s, wall_s)
         self.counts[result.status] += 1
         row = build_row(
-            point, result, measurement_id=mid, sweep_id=self.spec.name, fingerprint_id=None,
+            point, result, measurement_id=mid, sweep_id=self.spec.name, fingerprint_id=self.fingerprint_id,
             host=socket.gethostname(), ref_time_s=None, is_reference=False, repeat_index=repeat_index,
             **{"repeat_group": None, **extra},
         )  # fmt: skip
@@ -151,12 +198,20 @@ class _Job:
 
 
 def _measure(point, device: torch.device, spec: SweepSpec) -> RankOutcome:
+    # NOTE: after an OOM or an error peers may be inside a collective this rank left; if they hang, the
+    # process-group timeout ends the job and the in-flight marker records it.
     try:
-        return RankOutcome(ok=True, **measure_on_rank(point, device, spec.measure))
+        outcome = RankOutcome(ok=True, **measure_on_rank(point, device, spec.measure))
     except torch.OutOfMemoryError as exc:
-        # NOTE: peers may be inside a collective this rank left; if they hang, the
-        # process-group timeout ends the job and the in-flight marker records it.
-        return RankOutcome(ok=False, oom=True, error=str(exc)[:500])
+        outcome = RankOutcome(ok=False, oom=True, error=str(exc)[:500])
+    except Exception as exc:  # the plan's error, as the local pool records it: the next plan still runs
+        outcome = RankOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+        traceback.print_exc()
+    if not outcome.ok:  # the failed plan's tensors, held by the exception's frames until now
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return outcome
 
 
 def _record_crashed_plan(store: ResultStore, inflight: Path, spec: SweepSpec) -> None:
