@@ -37,7 +37,7 @@ import numpy as np
 
 from collect.schema import Cluster, Plan, Workload
 from gnn.costs.hardware import HardwareModel
-from gnn.graph.layout import chain, clear_layouts, plan_layout, uneven_layers, with_kinds
+from gnn.graph.layout import cache_bounded, chain, clear_layouts, plan_layout, uneven_layers, with_kinds
 from gnn.graph.passes import PassCompiler
 from gnn.graph.table import COL, COLUMNS, EDGE_KINDS, KINDS, NUM_STREAMS, PHASES, Node
 
@@ -128,9 +128,8 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     key = (layout.key, *(t.shape for t in templates))
     placed = _PLACEMENTS.get(key)
     if placed is None:
-        if len(_PLACEMENTS) >= PLACEMENT_CACHE:
-            _PLACEMENTS.clear()  # bounded, like the layouts: a search uses tens
-        placed = _PLACEMENTS[key] = _Placement.of(templates, layout)
+        placed = _Placement.of(templates, layout)
+        cache_bounded(_PLACEMENTS, key, placed, len(placed.rows), PLACEMENT_CACHE, PLACEMENT_NODES)
     table = np.concatenate([t.table for t in templates])[placed.rows]
     table[:, _POSITION] = placed.position
     return ExecGraph(
@@ -147,6 +146,7 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
 
 
 PLACEMENT_CACHE = 2048
+PLACEMENT_NODES = 400_000  # and nodes in all (~200 bytes each with the simulator's structure)
 _PLACEMENTS: dict[tuple, "_Placement"] = {}
 
 

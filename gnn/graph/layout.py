@@ -37,6 +37,9 @@ class Layout:
 
 
 CACHE_SIZE = 4096
+# and at most this many passes in all (~150 bytes each): a pipeline of 256 stages holds 10^5 passes or more,
+# and a server caching 4,096 of those grew past 6 GiB
+CACHE_PASSES = 100_000
 _CACHE: dict[tuple, Layout] = {}
 
 
@@ -46,10 +49,21 @@ def plan_layout(plan: Plan, uneven: tuple[int, ...] | None = None) -> Layout:
     key = (plan.pp, schedule, plan.virtual_stages, plan.num_microbatches, _fsdp(plan), uneven)
     found = _CACHE.get(key)
     if found is None:
-        if len(_CACHE) >= CACHE_SIZE:
-            _CACHE.clear()  # bounded; a search's shapes number in the tens
-        found = _CACHE[key] = replace(_layout(plan, uneven), key=key)
+        found = replace(_layout(plan, uneven), key=key)
+        cache_bounded(_CACHE, key, found, len(found.kind), CACHE_SIZE, CACHE_PASSES)
     return found
+
+
+def cache_bounded(cache: dict, key, value, size: int, max_entries: int, max_size: int) -> None:
+    """Put ``value`` in ``cache`` unless it alone is over a quarter of ``max_size``; clear the cache first when it
+    would hold more than ``max_entries`` entries or ``max_size`` in all (sizes kept under the key None): a search's
+    shapes number in the tens, and a huge one is built once."""
+    if size * 4 > max_size:
+        return
+    if len(cache) >= max_entries or cache.get(None, 0) + size > max_size:
+        cache.clear()
+    cache[key] = value
+    cache[None] = cache.get(None, 0) + size
 
 
 def uneven_layers(plan: Plan, w: Workload) -> tuple[int, ...] | None:

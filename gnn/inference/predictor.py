@@ -34,6 +34,13 @@ POINT_COLUMNS = (
 )
 
 
+SIM_COLUMNS = ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
+
+
+class PredictionCancelled(RuntimeError):
+    """A prediction was told to stop (its client went away, or the service is shutting down)."""
+
+
 class BatchPredictor:
     """An ensemble ready to predict plans on any hardware record under ``hardware_dir``."""
 
@@ -97,9 +104,15 @@ class BatchPredictor:
         return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers))
 
     def predict_columns(
-        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
+        self,
+        specs: list[RunSpec],
+        hardware: str,
+        flags: list[dict] | None = None,
+        workers: int | None = None,
+        should_stop=None,
     ) -> dict[str, np.ndarray]:
-        """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request."""
+        """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request.
+        ``should_stop``: asked between chunks; when it answers True, PredictionCancelled is raised."""
         record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
         domain = domain_of(record.get("device"), record.get("device_kind"))  # its interval factor and ranges
         parts = {}
@@ -107,16 +120,17 @@ class BatchPredictor:
         with self.pool.forward_threads(workers):
             for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
                 self._check_layout(chunk.flat_names)
-                parts[index] = (self.ensemble.predict_packed(chunk.packed(), [domain] * len(chunk.flat)), chunk)
+                if should_stop is not None and should_stop():
+                    raise PredictionCancelled(f"prediction of {len(specs)} plans stopped before it finished")
+                point = self.ensemble.predict_packed(chunk.packed(), [domain] * len(chunk.flat))
+                # the chunk's graphs are let go here: only its simulator columns are kept for the answer
+                parts[index] = (point, {k: chunk.column(k) for k in SIM_COLUMNS})
         parts = [parts[i] for i in sorted(parts)]
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
         out["memory_bytes"] = capacity
         out["fits"] = out["peak_mem_bytes"] <= capacity
-        sim = {
-            k: np.concatenate([chunk.column(k) for _, chunk in parts]) if parts else np.zeros(0)
-            for k in ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
-        }
+        sim = {k: np.concatenate([c[k] for _, c in parts]) if parts else np.zeros(0) for k in SIM_COLUMNS}
         # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
         total = sim["sim_time_s"]
         out["compute_frac"] = np.minimum(sim["sim_compute_s"] / total, 1.0)

@@ -30,10 +30,13 @@ from collect.schema import Cluster, Plan, RunSpec, Workload
 from gnn.costs.hardware import hardware_model
 from gnn.dataset.featurize import featurize_arrays
 from gnn.dataset.packed import Packed, pack_arrays
+from gnn.inference.cost import CHUNK_BYTES, Cost, plan_cost
 
 KNOWN = {"vocab_known": True, "dtype_known": True, "sharding_known": True}
 PARALLEL_FROM = 512  # below this many plans a process pool costs more than it saves
-CHUNK = 64  # plans per unit of work: workers featurise chunks while the caller runs the model on earlier ones
+# plans per unit of work (fewer where their graphs are big: chunk_bounds): workers featurise chunks while the caller
+# runs the model on earlier ones
+CHUNK = 64
 QUEUED_PER_WORKER = 2  # chunks a worker holds ahead, so it never waits between chunks
 
 
@@ -62,6 +65,19 @@ class FeaturizedChunk:
     def items(self) -> list[tuple]:
         """(graph, flat features) per plan."""
         return [(g, dict(zip(self.flat_names, row))) for g, row in zip(self.packed().graphs(), self.flat.tolist())]
+
+
+def chunk_bounds(specs: list[RunSpec]) -> list[tuple[int, int]]:
+    """[start, end) of each chunk: CHUNK plans, or fewer where their graphs would take more than CHUNK_BYTES
+    (gnn.inference.cost), so a chunk of big graphs never holds CHUNK of them at once."""
+    bounds, start, cost = [], 0, Cost()
+    for i, spec in enumerate(specs):
+        step = plan_cost(spec.plan)
+        if i > start and (i - start == CHUNK or (cost + step).chunk_bytes > CHUNK_BYTES):
+            bounds.append((start, i))
+            start, cost = i, Cost()
+        cost = cost + step
+    return bounds + ([(start, len(specs))] if specs else [])
 
 
 def _featurize_chunk(args) -> FeaturizedChunk:
@@ -176,10 +192,7 @@ class FeaturizerPool:
         """(index, chunk) of CHUNK plans each, as they are ready (not in order), so the caller's forward pass
         overlaps the workers' featurisation of later chunks. ``workers``: 0 featurises inline."""
         flags = flags or [KNOWN] * len(specs)
-        chunks = [
-            (specs[i : i + CHUNK], flags[i : i + CHUNK], hardware, self.hardware_dir)
-            for i in range(0, len(specs), CHUNK)
-        ]
+        chunks = [(specs[a:b], flags[a:b], hardware, self.hardware_dir) for a, b in chunk_bounds(specs)]
         if not workers:
             yield from enumerate(map(_featurize_chunk, chunks))
             return
