@@ -30,10 +30,11 @@ def encode_response(predictor: BatchPredictor, columns: dict[str, np.ndarray]) -
     return PredictResponse(model=model_summary(predictor), predictions=predictions(columns))
 
 
-def predict(predictor: BatchPredictor, request: PredictRequest) -> PredictResponse:
-    """A request answered: decode, predict (the batched path, gnn.inference), encode."""
+def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None) -> PredictResponse:
+    """A request answered: decode, predict (the batched path, gnn.inference), encode. ``should_stop``: asked
+    between chunks (BatchPredictor.predict_columns)."""
     specs, hardware = decode_request(request)
-    return encode_response(predictor, predictor.predict_columns(specs, hardware))
+    return encode_response(predictor, predictor.predict_columns(specs, hardware, should_stop=should_stop))
 
 
 def predictions(columns: dict[str, np.ndarray]) -> list[PlanPrediction]:

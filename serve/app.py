@@ -6,17 +6,20 @@ POST /predict takes and returns what `python -m serve predict` does; POST
 /search runs a plan search (in memory; the CLI keeps studies in RDB storage);
 GET /health; GET /model names the loaded model, its version and validation
 metrics. OpenAPI docs at /docs. Invalid requests get 422 naming the field and
-the rule (never echoing the body); bodies over the size limit get 413, stalled
-ones 408 (serve/guard.py); a search whose client hangs up stops; SIGTERM
-stops within seconds; the process survives any request. The featurisation workers start in the background at start-up
-(--no-warm: on the first large request), so the first large batch does not
-wait for them to import torch.
+the rule (never echoing the body), and requests whose estimated work is over the
+budget (serve.schemas, gnn.inference.cost) are refused before any of it; bodies
+over the size limit get 413, stalled or trickled ones 408 (serve/guard.py).
+Bodies are parsed, validated and answered off the event loop (serve/inflight.py),
+so /health answers while heavy requests run; a request whose client hangs up
+stops; on SIGTERM requests in flight get 503 with Retry-After and the process
+stops within seconds. The featurisation workers start in the background at
+start-up (--no-warm: on the first large request), so the first large batch does
+not wait for them to import torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import gc
 import logging
@@ -29,25 +32,28 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from collect.hardware.records import UnknownHardware
-from gnn.inference.predictor import BatchPredictor
+from gnn.inference.predictor import BatchPredictor, PredictionCancelled
 from serve.api import load_predictor, model_summary, predict
 from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
+from serve.inflight import RETRY_AFTER_S, Inflight, Unavailable, install_request_schemas, parse_body, request_body
 from serve.schemas import PredictRequest, PredictResponse, SearchRequest, SearchResponse
-from serve.search.study import SearchCancelled, search
+from serve.search.study import SearchCancelled, SearchRefused, search
 
 MAX_ERRORS_SHOWN = 50
-SHUTDOWN_GRACE_S = 3  # SIGTERM: requests in flight get this long, then searches stop at their next batch
-DISCONNECT_POLL_S = 0.5
+SHUTDOWN_GRACE_S = 3  # SIGTERM: work in flight is told at once (StoppingServer); connections get this long to close
 log = logging.getLogger("plansight.serve")
+
+
+MAX_MESSAGE_CHARS = 400  # a message quoting a value is cut here: a 422 never echoes megabytes back
 
 
 def problems(errors: list[dict]) -> list[dict]:
     """Pydantic's errors as the field and the rule only: never the input (it can be megabytes, or hold NaN,
-    which JSON cannot carry)."""
+    which JSON cannot carry), and each message at most MAX_MESSAGE_CHARS."""
     shown = [
         {
-            "loc": [str(part) if not isinstance(part, int) else part for part in e.get("loc", ())],
-            "msg": str(e.get("msg", "")),
+            "loc": [_short(str(part)) if not isinstance(part, int) else part for part in e.get("loc", ())],
+            "msg": _short(str(e.get("msg", ""))),
             "type": str(e.get("type", "")),
         }
         for e in errors[:MAX_ERRORS_SHOWN]
@@ -57,16 +63,20 @@ def problems(errors: list[dict]) -> list[dict]:
     return shown
 
 
+def _short(text: str) -> str:
+    cut = MAX_MESSAGE_CHARS
+    return text if len(text) <= cut else f"{text[:cut]}... ({len(text)} characters in all)"
+
+
 def create_app(
     predictor: BatchPredictor, max_body_bytes: int = MAX_BODY_BYTES, client_timeout_s: float = BODY_CHUNK_TIMEOUT_S
 ) -> FastAPI:
-    searches: set[threading.Event] = set()  # one per /search in flight: set to stop it
+    inflight = Inflight()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        for stop in list(searches):  # shutting down: every search stops at its next batch
-            stop.set()
+        inflight.stop_all()  # shutting down: work still running stops at its next chunk or batch
 
     app = FastAPI(
         title="plansight",
@@ -74,6 +84,7 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
+    app.state.inflight = inflight
     app.add_middleware(BodyGuard, max_body_bytes=max_body_bytes, chunk_timeout_s=client_timeout_s)
 
     @app.exception_handler(RequestValidationError)
@@ -84,47 +95,68 @@ def create_app(
     async def unknown_hardware(request: Request, exc: UnknownHardware):
         return JSONResponse(
             status_code=422,
-            content={"detail": [{"loc": ["body", "cluster"], "msg": str(exc), "type": "unknown_hardware"}]},
+            content={"detail": [{"loc": ["body", "cluster"], "msg": _short(str(exc)), "type": "unknown_hardware"}]},
         )
+
+    @app.exception_handler(SearchRefused)
+    async def refused_search(request: Request, exc: SearchRefused):
+        detail = [{"loc": ["body", "sampler"], "msg": _short(str(exc)), "type": "search_space_too_large"}]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(request: Request, exc: Unavailable):
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse(status_code=503, content={"detail": exc.detail}, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
+        if inflight.stopping.is_set():  # whatever broke while shutting down, the client may retry elsewhere
+            return await unavailable(request, Unavailable("the service is shutting down"))
         log.exception("request %s failed", request.url.path)
         return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}"})
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "model_loaded": True, "searches_in_flight": len(searches)}
+        return {
+            "status": "stopping" if inflight.stopping.is_set() else "ok",
+            "model_loaded": True,
+            "requests_in_flight": len(inflight.running),
+            "searches_in_flight": len(inflight.searches),
+        }
 
     @app.get("/model")
     def model() -> dict:
         return {**model_summary(predictor), "metrics": predictor.info.get("metrics", {})}
 
-    # plain `def`: FastAPI runs these on its thread pool, so a long batch never blocks /health
-    @app.post("/predict", response_model=PredictResponse)
-    def predict_plans(request: PredictRequest) -> Response:
-        # serialised here: returned as a model, FastAPI would validate all of it again against response_model
-        # (which still gives the OpenAPI schema), ~15 ms for 2,000 plans
-        return Response(predict(predictor, request).model_dump_json(), media_type="application/json")
+    # the body is parsed, validated and answered on a worker thread (serve.inflight): never on the event loop
+    @app.post("/predict", response_model=PredictResponse, openapi_extra=request_body(PredictRequest))
+    async def predict_plans(request: Request) -> Response:
+        def work(body: bytes, should_stop) -> str:
+            # serialised here: returned as a model, FastAPI would validate all of it again against response_model
+            # (which still gives the OpenAPI schema), ~15 ms for 2,000 plans
+            parsed = parse_body(body, PredictRequest)
+            return predict(predictor, parsed, should_stop=should_stop).model_dump_json()
 
-    @app.post("/search", response_model=SearchResponse)
-    async def search_plans(body: SearchRequest, request: Request):
-        # on a worker thread, watched from here: a client that hangs up stops its search at the next batch
-        stop = threading.Event()
-        searches.add(stop)
-        work = asyncio.ensure_future(asyncio.to_thread(search, predictor, body, None, should_stop=stop.is_set))
         try:
-            while not work.done():
-                await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
-                if not work.done() and await request.is_disconnected():
-                    stop.set()
-            return work.result()
-        except SearchCancelled as e:
-            return JSONResponse(status_code=503, content={"detail": str(e)})
-        finally:
-            stop.set()
-            searches.discard(stop)
+            answer = await inflight.run(request, work, await request.body())
+        except PredictionCancelled as e:
+            raise Unavailable(str(e)) from None
+        return Response(answer, media_type="application/json")
 
+    @app.post("/search", response_model=SearchResponse, openapi_extra=request_body(SearchRequest))
+    async def search_plans(request: Request) -> Response:
+        def work(body: bytes, should_stop) -> str:
+            parsed = parse_body(body, SearchRequest)
+            with inflight.searching(should_stop):
+                return search(predictor, parsed, None, should_stop=should_stop).model_dump_json()
+
+        try:
+            answer = await inflight.run(request, work, await request.body())
+        except (SearchCancelled, PredictionCancelled) as e:
+            raise Unavailable(str(e)) from None
+        return Response(answer, media_type="application/json")
+
+    install_request_schemas(app, PredictRequest, SearchRequest)
     return app
 
 
@@ -159,11 +191,26 @@ def main(argv: list[str] | None = None) -> None:
     where = f"http://{args.host}:{args.port}"
     print(f"plansight: serving {predictor.info.get('uri', args.model)} on {where} (docs at /docs)")
     protocol, timeout_s = with_timeouts(args.client_timeout)
-    uvicorn.run(
-        create_app(predictor, client_timeout_s=timeout_s),
+    app = create_app(predictor, client_timeout_s=timeout_s)
+    config = uvicorn.Config(
+        app,
         host=args.host,
         port=args.port,
         log_level="warning",
         http=protocol,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
+    StoppingServer(config, app.state.inflight).run()
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, telling the app's work the moment SIGTERM or Ctrl-C arrives: requests in flight then get
+    503 with Retry-After within a poll, rather than a 500 when uvicorn cancels them after its grace period."""
+
+    def __init__(self, config: uvicorn.Config, inflight: Inflight):
+        super().__init__(config)
+        self.inflight = inflight
+
+    def handle_exit(self, sig, frame) -> None:
+        self.inflight.stop_all()
+        super().handle_exit(sig, frame)

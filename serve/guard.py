@@ -4,8 +4,9 @@ Plain ASGI (@app.middleware("http") builds Starlette's BaseHTTPMiddleware, which
 streams every response through a task group, ~1 ms of a single-plan request).
 The whole body is read here before the app sees it, counting the bytes that
 arrive (a chunked body has no Content-Length to trust) and giving each chunk
-BODY_CHUNK_TIMEOUT_S to arrive: over the limit is 413, a stalled client 408,
-and in both cases the connection is closed. HeaderDeadline does the same for
+BODY_CHUNK_TIMEOUT_S to arrive and the whole body BODY_DEADLINE_CHUNKS times
+that: over the limit is 413, a stalled or trickling client 408, and in both
+cases the connection is closed. HeaderDeadline does the same for
 a client that never finishes its request headers.
 """
 
@@ -18,6 +19,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_BODY_BYTES = 8 * 2**20
 BODY_CHUNK_TIMEOUT_S = 10.0  # a client may be slow; one that sends nothing for this long has gone or stalled
+# and the whole body must be in within this many chunk timeouts (30 s by default: 8 MiB at 300 kB/s), so a
+# client trickling a byte every few seconds is dropped too
+BODY_DEADLINE_CHUNKS = 3
 
 
 class BodyGuard:
@@ -37,10 +41,16 @@ class BodyGuard:
 
     async def _read(self, receive) -> tuple[bytes, tuple[int, str] | None]:
         chunks, size = [], 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_DEADLINE_CHUNKS * self.chunk_timeout_s
         while True:
+            left = deadline - loop.time()
             try:
-                message = await asyncio.wait_for(receive(), self.chunk_timeout_s)
+                message = await asyncio.wait_for(receive(), min(self.chunk_timeout_s, max(left, 0.0)))
             except asyncio.TimeoutError:
+                if left <= self.chunk_timeout_s:  # a trickle: each chunk in time, the whole body not
+                    whole = BODY_DEADLINE_CHUNKS * self.chunk_timeout_s
+                    return b"", (408, f"the request body took longer than {whole:.0f} s to arrive ({size} bytes)")
                 return b"", (408, f"the request body stalled: nothing arrived for {self.chunk_timeout_s:.0f} s")
             if message["type"] == "http.disconnect":
                 return b"", (400, "the client disconnected before sending the whole body")

@@ -15,16 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 from collect.schema.choices import Float8, Framework
+from gnn.inference.cost import over_budget, request_cost
 
-MAX_PLANS = 10_000  # per request: a search batch; ~5 s of work here
+MAX_PLANS = 10_000  # per request: a search batch
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
 MAX_WORLD_SIZE = 16_384  # GPU count limit
 MAX_SEARCH_TRIALS = 5_000
-# The execution graph grows with stages and micro-batches, and its simulation about as stages^2 x micro-batches:
-# pp 256 x 1,024 micro-batches took 9 s and 1.2 GB here, pp 512 x 512 28 s and 1.7 GB (2026-11-23).
 MAX_STAGES = 256  # pp * virtual_stages of one plan
 MAX_MICROBATCHES = 65_536  # of one plan
-MAX_SCHEDULE_WORK = 2**26  # per request: the sum over plans of (pp * virtual_stages)^2 * num_microbatches
+# Beyond these, what a request may cost as a whole: gnn.inference.cost estimates its time and memory from the
+# plans' pipeline shapes (REQUEST_SECONDS, REQUEST_BYTES) and refuses it before any work when over.
 
 
 class _Request(BaseModel):
@@ -92,10 +92,6 @@ class ClusterSpec(_Request):
         return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes)
 
 
-def schedule_work(plan: Plan) -> int:
-    return plan.num_stages**2 * plan.num_microbatches
-
-
 def limit_problems(plan: Plan) -> list[str]:
     """What makes one plan too large to predict within the service's time and memory bounds."""
     problems = []
@@ -133,12 +129,8 @@ class PredictRequest(_Request):
             for i, p in enumerate(self.plans)
             for msg in limit_problems(p) or plan_problems(self.workload, p, cluster)
         ]
-        work = sum(schedule_work(p) for p in self.plans)
-        if not problems and work > MAX_SCHEDULE_WORK:
-            problems.append(
-                f"plans: the sum over plans of (pp * virtual_stages)^2 * num_microbatches is {work}, over "
-                f"the limit of {MAX_SCHEDULE_WORK} per request (about 10 s of work); send fewer plans"
-            )
+        if not problems and (why := over_budget(request_cost(self.plans))):
+            problems.append(f"plans: {why}")
         if problems:
             shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
             raise ValueError("; ".join(shown))

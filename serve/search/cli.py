@@ -12,13 +12,14 @@ import os
 import sys
 from pathlib import Path
 
+from collect.inputs import InputError, read_json
 from collect.schema import FRAMEWORKS
 from serve.api import load_predictor
 from serve.cli import RequestError, load_request
 from serve.schemas import SearchRequest
 from serve.search.plots import plot_search
 from serve.search.report import print_table
-from serve.search.study import DEFAULT_STORAGE, search
+from serve.search.study import DEFAULT_STORAGE, SearchRefused, search
 
 
 def build_request(args) -> SearchRequest:
@@ -27,12 +28,17 @@ def build_request(args) -> SearchRequest:
         return load_request(args.request, SearchRequest)
     if not args.workload or not args.cluster:
         raise RequestError("error: give a SEARCH.json, or --workload and --cluster")
-    workload = json.loads(Path(args.workload).read_text() if Path(args.workload).is_file() else args.workload)
-    cluster = (
-        json.loads(args.cluster)
-        if args.cluster.lstrip().startswith("{")
-        else {"preset": args.cluster, "nodes": args.nodes}
-    )
+    try:  # a file read as the HTTP service reads a body (a BOM, UTF-16), or the JSON itself
+        workload = read_json(args.workload) if Path(args.workload).is_file() else json.loads(args.workload)
+        cluster = (
+            json.loads(args.cluster)
+            if args.cluster.lstrip().startswith("{")
+            else {"preset": args.cluster, "nodes": args.nodes}
+        )
+    except InputError as e:
+        raise RequestError(str(e)) from None
+    except (ValueError, RecursionError) as e:
+        raise RequestError(f"error: --workload or --cluster is not JSON: {str(e)[:200]}") from None
     body = {
         "workload": workload,
         "cluster": cluster,
@@ -75,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         predictor = load_predictor(args.model)
     except ValueError as e:
         raise RequestError(f"error: {e}") from None
-    response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
+    try:
+        response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
+    except SearchRefused as e:
+        raise RequestError(f"error: {e}") from None
     print_table(response)
     if args.plot:
         print(f"plot: {plot_search(response, args.plot)}")

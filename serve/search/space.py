@@ -14,6 +14,7 @@ measured here, only those the collector runs (collect_problems).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -114,8 +115,12 @@ class Space:
         samples = dp * mbs
         if self.global_batch_size % samples:
             return None
-        update = {"micro_batch_size": mbs} | ({"float8": float8} if float8 is not None else {})
-        w = self.workload.model_copy(update=update)
+        # whether a plan is valid does not depend on its sharding or recompute (plan_problems reads sharding only
+        # for float8_all_gather, part of the key): checked once per key, not once per sharding and recompute
+        key = (layout, mbs, schedule, virtual, sp, ep, float8, float8_all_gather)
+        if self._valid.get(key) is False:
+            return None
+        w = self._workload(mbs, float8)
         p = Plan.model_construct(
             dp=dp,
             cp=cp,
@@ -131,11 +136,31 @@ class Space:
             float8_all_gather=float8_all_gather,
             **framework_conventions(self.framework, tp, sp, w.dtype),
         )
-        if limit_problems(p) or plan_problems(w, p, self.cluster):
+        valid = self._valid.get(key)
+        if valid is None:
+            valid = self._valid[key] = not (limit_problems(p) or plan_problems(w, p, self.cluster))
+        if not valid:
             return None
         if self.collectable_only and collect_problems(w, p, self.cluster):
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
+
+    @cached_property
+    def _valid(self) -> dict[tuple, bool]:
+        return {}
+
+    def _workload(self, mbs: int, float8: str | None) -> Workload:
+        """The workload at a micro-batch size and precision, made once per pair."""
+        key = (mbs, float8)
+        found = self._workloads.get(key)
+        if found is None:
+            update = {"micro_batch_size": mbs} | ({"float8": float8} if float8 is not None else {})
+            found = self._workloads[key] = self.workload.model_copy(update=update)
+        return found
+
+    @cached_property
+    def _workloads(self) -> dict[tuple, Workload]:
+        return {}
 
     def enumerate(self) -> list[RunSpec]:
         """Every valid plan of the space (computed once per space)."""
@@ -143,11 +168,42 @@ class Space:
 
     @cached_property
     def _plans(self) -> list[RunSpec]:
-        out = []
+        return list(self.iter_plans())
+
+    def iter_plans(self, should_stop=None) -> Iterator[RunSpec]:
+        """The valid plans of the space, in enumerate()'s order, one at a time. ``should_stop`` is asked every
+        STOP_CHECK_EVERY candidates (a few ms): SpaceStopped is raised when it answers True."""
+        for n, choice in enumerate(self._choices()):
+            if should_stop is not None and n % STOP_CHECK_EVERY == 0 and should_stop():
+                raise SpaceStopped(f"the plan space's enumeration stopped after {n} candidates")
+            spec = self.spec(*choice)
+            if spec is not None:
+                yield spec
+
+    def count(self, limit: int | None = None, should_stop=None) -> int:
+        """How many plans the space holds, or limit + 1 once it is known to hold more than ``limit``; without
+        building them where validity is already known (about a microsecond a candidate)."""
+        n = 0
+        for i, choice in enumerate(self._choices()):
+            if should_stop is not None and i % STOP_CHECK_EVERY == 0 and should_stop():
+                raise SpaceStopped(f"the plan space's count stopped after {i} candidates")
+            n += self._is_valid(choice)
+            if limit is not None and n > limit:
+                break
+        return n
+
+    def _is_valid(self, choice: tuple) -> bool:
+        layout, mbs, _, _, schedule, virtual, sp, ep, f8, gather = choice
+        known = None if self.collectable_only else self._valid.get((layout, mbs, schedule, virtual, sp, ep, f8, gather))
+        return known if known is not None else self.spec(*choice) is not None
+
+    def _choices(self) -> Iterator[tuple]:
         for layout, mbs, sharding, recompute in itertools.product(
             self.layouts(), self.micro_batch_sizes, self.shardings, self.recomputes
         ):
             pp, dp, cp, tp = layout
+            if self.global_batch_size % (dp * mbs):
+                continue  # no plan of this layout and micro-batch size fills the batch
             schedules = (
                 [(None, 1)]
                 if pp == 1
@@ -159,10 +215,14 @@ class Space:
             for (schedule, virtual), sp, ep, (f8, gather) in itertools.product(
                 schedules, (False, True) if tp > 1 else (False,), eps, self.precision_choices(sharding)
             ):
-                spec = self.spec(layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather)
-                if spec is not None:
-                    out.append(spec)
-        return out
+                yield layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather
+
+
+STOP_CHECK_EVERY = 2048
+
+
+class SpaceStopped(RuntimeError):
+    """An enumeration of the plan space was told to stop."""
 
 
 def layout_name(layout: Layout) -> str:

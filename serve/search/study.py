@@ -33,9 +33,11 @@ from collect import REPO
 from collect.schema import FLOAT8_SCALINGS, RunSpec
 from gnn.inference.predictor import BatchPredictor
 from serve.api import model_summary, predictions
-from serve.schemas import SearchRequest, SearchResponse, SearchResult
-from serve.search.space import Space
-from serve.search.trials import params_of, suggest
+from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest, SearchResponse, SearchResult
+from serve.search import storage as stored
+from serve.search.space import Space, SpaceStopped
+from serve.search.storage import feasible_trials, finished_trials
+from serve.search.trials import suggest
 
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'optuna.db'}"
 BATCH = 32  # trials asked per round: the sampler learns from each round's results
@@ -48,6 +50,10 @@ SPACE_VERSION = 2
 
 class SearchCancelled(RuntimeError):
     """The search was told to stop (its client went away, or the service is shutting down)."""
+
+
+class SearchRefused(ValueError):
+    """A search request that cannot be run as asked: the message says why and what to change."""
 
 
 def space_of(request: SearchRequest) -> Space:
@@ -63,12 +69,22 @@ def space_of(request: SearchRequest) -> Space:
     )
 
 
-def exhaustive(request: SearchRequest, space: Space) -> list[RunSpec] | None:
-    """Every plan of the space, if the request asks for it or (auto) the space fits in the trial budget."""
+def exhaustive(request: SearchRequest, space: Space, should_stop=None) -> list[RunSpec] | None:
+    """Every plan of the space, if the request asks for it or (auto) the space fits in the trial budget. A space
+    larger than the budget is refused for sampler 'exhaustive' (SearchRefused, with its size): exhaustive means
+    every plan of a space no larger than the trials asked for."""
     if request.sampler == "optuna":
         return None
-    plans = space.enumerate()
-    return plans if request.sampler == "exhaustive" or len(plans) <= request.trials else None
+    if space.count(limit=request.trials, should_stop=should_stop) > request.trials:
+        if request.sampler == "exhaustive":
+            size = space.count(should_stop=should_stop)
+            raise SearchRefused(
+                f"sampler 'exhaustive' evaluates every plan of the space, and this space holds {size:,} plans, over "
+                f"the trial budget of {request.trials}: raise trials (at most {MAX_SEARCH_TRIALS:,}), narrow "
+                "micro_batch_sizes, or use sampler 'auto' or 'optuna'"
+            )
+        return None
+    return list(space.iter_plans(should_stop))
 
 
 def study_name(request: SearchRequest, predictor: BatchPredictor) -> str:
@@ -79,6 +95,7 @@ def study_name(request: SearchRequest, predictor: BatchPredictor) -> str:
 
 def make_study(request: SearchRequest, name: str, storage: str | None) -> optuna.Study:
     """Infeasible plans are constraints (each trial sets its own, Trial.set_constraint), not dropped trials."""
+    storage = stored.open_storage(storage)
     if request.objective == "time":
         sampler = optuna.samplers.TPESampler(seed=request.seed, n_startup_trials=20, **TPE_OPTIONS)
         return optuna.create_study(
@@ -104,24 +121,30 @@ def run_search(
     so each is evaluated; an exhaustive one evaluates each plan of the space exactly once."""
     space = space or space_of(request)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    plans = exhaustive(request, space)
+    try:
+        plans = exhaustive(request, space, should_stop)
+    except SpaceStopped as e:
+        raise SearchCancelled(str(e)) from None
     # an exhaustive study and a sampled one of the same request are different studies
     name = name or study_name(request, predictor) + ("-all" if plans is not None else "")
     study = make_study(request, name, storage)
-    _requeue_abandoned(study)
+    stored.requeue_abandoned(study)
     if plans is not None:
-        _enqueue_missing(study, plans, space)
-        todo = _count(study, optuna.trial.TrialState.WAITING)
+        stored.enqueue_missing(study, plans, space)
+    # counted again each round: another search on the same study (another process) takes trials too
+    if plans is not None:
+        remaining = lambda: stored.count(study, stored.WAITING)
     else:
-        todo = request.trials - len(finished_trials(study))
+        remaining = lambda: request.trials - stored.finished(study)
+    todo = remaining()
     with tqdm(total=max(todo, 0), desc="searching plans", unit="trial", disable=not progress) as bar:
         while todo > 0:
             if should_stop is not None and should_stop():
                 raise SearchCancelled(f"search stopped with {todo} trials to go")
             n = min(BATCH if plans is None else EXHAUSTIVE_BATCH, todo)
-            _evaluate(predictor, request, study, space, [study.ask() for _ in range(n)])
-            todo -= n
+            _evaluate(predictor, request, study, space, [stored.ask(study) for _ in range(n)])
             bar.update(n)
+            todo = remaining()
     return study
 
 
@@ -146,53 +169,6 @@ def _evaluate(predictor: BatchPredictor, request: SearchRequest, study: optuna.S
         if request.objective == "pareto":
             values.append(math.log(row["peak_mem_bytes"]))
         study.tell(t, values if len(values) > 1 else values[0])
-
-
-def _requeue_abandoned(study: optuna.Study) -> None:
-    """Trials left RUNNING in storage belong to a run that was killed (a search holds its study alone): mark
-    them failed and queue their plans again, as optuna's RetryFailedTrialCallback does."""
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        params = t.system_attrs.get("fixed_params") or t.params
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-        if params:
-            study.enqueue_trial(params, user_attrs={"retry_of": t.number})
-
-
-def _enqueue_missing(study: optuna.Study, plans: list[RunSpec], space: Space) -> None:
-    """Queue each plan of the space that is neither evaluated nor queued yet."""
-    seen = {
-        _key(t.system_attrs.get("fixed_params") or t.params)
-        for t in study.get_trials(
-            deepcopy=False,
-            states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING),
-        )
-    }
-    for spec in plans:
-        params = params_of(spec, space)
-        if _key(params) not in seen:
-            study.enqueue_trial(params)
-            seen.add(_key(params))
-
-
-def _key(params: dict) -> str:
-    return json.dumps(params, sort_keys=True)
-
-
-def _count(study: optuna.Study, state) -> int:
-    return len(study.get_trials(deepcopy=False, states=(state,)))
-
-
-def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Trials that were evaluated: complete, or pruned as invalid plans (failed ones were given back)."""
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
-
-
-def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [
-        t
-        for t in study.trials
-        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("mem_over_capacity", 1.0) <= 0
-    ]
 
 
 def _results(
@@ -235,10 +211,14 @@ def search(
         front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
         pareto = sorted(_results(predictor, request, front, space), key=lambda r: r.prediction.iter_time_s)
     finished = finished_trials(study)
-    distinct = len({_key(t.params) for t in finished})
-    space_size = len(space.enumerate())
+    distinct = len({stored.key(t.params) for t in finished})
+    try:
+        space_size = space.count(should_stop=should_stop)
+    except SpaceStopped as e:
+        raise SearchCancelled(str(e)) from None
     # what was searched, said as it happened: exhaustive only when every plan of the space was evaluated
-    sampler = "exhaustive" if exhaustive(request, space) is not None and distinct == space_size else "optuna"
+    fits = request.sampler != "optuna" and space_size <= request.trials
+    sampler = "exhaustive" if fits and distinct == space_size else "optuna"
     return SearchResponse(
         model=model_summary(predictor),
         objective=request.objective,

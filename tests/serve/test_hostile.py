@@ -170,6 +170,8 @@ def test_sigterm_stops_the_server_mid_search(predictor_path):
     try:
         sock = _search_in_flight(client, BIG_SEARCH)
         proc.send_signal(signal.SIGTERM)
+        answer = sock.recv(4096).decode("latin-1").lower()  # the request in flight is told, not cut off
+        assert answer.startswith("http/1.1 503") and "retry-after:" in answer, answer
         assert proc.wait(timeout=60) is not None  # 5,000 trials would take minutes
         sock.close()
     finally:
