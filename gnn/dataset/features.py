@@ -131,7 +131,7 @@ _LOG1P_INDEX = np.array(
 )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pass_rows(
     x: np.ndarray,
     kind_time_index: np.ndarray,

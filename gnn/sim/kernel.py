@@ -14,7 +14,7 @@ from numba import njit
 DONE_EPS = 1e-15  # a node whose remaining work is below this has finished
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def event_schedule(
     est: np.ndarray,
     comm_rank: np.ndarray,
@@ -86,7 +86,7 @@ def event_schedule(
     return start, end
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def replay_peaks(
     start: np.ndarray, rank: np.ndarray, alloc: np.ndarray, free: np.ndarray, transient: np.ndarray, static: np.ndarray
 ) -> np.ndarray:
@@ -101,7 +101,7 @@ def replay_peaks(
     return static + peak
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merged_length_overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> float:
     """Length of (union of intervals a) intersected with (union of intervals b), both sorted by start."""
     # merge each side into disjoint intervals, then sweep both lists together
@@ -117,7 +117,7 @@ def _merged_length_overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: n
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intervals [a, b) sorted by a, merged into disjoint ones (empty ones dropped)."""
     out0, out1, k = np.empty(a.shape[0]), np.empty(a.shape[0]), 0
@@ -132,7 +132,7 @@ def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out0[:k], out1[:k]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def busy_and_idle(
     start: np.ndarray,
     end: np.ndarray,
@@ -179,7 +179,7 @@ def busy_and_idle(
     return busy, critical, exposed, max(0.0, idle - exposed)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def simulate_table(
     table: np.ndarray,
     est_col: int,
