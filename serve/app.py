@@ -104,9 +104,12 @@ def create_app(
         return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(Unavailable)
-    async def unavailable(request: Request, exc: Unavailable):
+    @app.exception_handler(PredictionCancelled)
+    @app.exception_handler(SearchCancelled)
+    async def unavailable(request: Request, exc: Exception):
+        """503: shutting down, too busy, or work told to stop (its client gone, or the service stopping)."""
         headers = {"Retry-After": str(RETRY_AFTER_S)}
-        return JSONResponse(status_code=503, content={"detail": exc.detail}, headers=headers)
+        return JSONResponse(status_code=503, content={"detail": str(exc)}, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
@@ -137,11 +140,7 @@ def create_app(
             parsed = parse_body(body, PredictRequest)
             return predict(predictor, parsed, should_stop=should_stop).model_dump_json()
 
-        try:
-            answer = await inflight.run(request, work, await request.body())
-        except PredictionCancelled as e:
-            raise Unavailable(str(e)) from None
-        return Response(answer, media_type="application/json")
+        return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
 
     @app.post("/search", response_model=SearchResponse, openapi_extra=request_body(SearchRequest))
     async def search_plans(request: Request) -> Response:
@@ -150,11 +149,7 @@ def create_app(
             with inflight.searching(should_stop):
                 return search(predictor, parsed, None, should_stop=should_stop).model_dump_json()
 
-        try:
-            answer = await inflight.run(request, work, await request.body())
-        except (SearchCancelled, PredictionCancelled) as e:
-            raise Unavailable(str(e)) from None
-        return Response(answer, media_type="application/json")
+        return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
 
     install_request_schemas(app, PredictRequest, SearchRequest)
     return app

@@ -27,10 +27,6 @@ RETRY_AFTER_S = 5
 class Unavailable(Exception):
     """503 with Retry-After: the service is shutting down, or too busy to queue another request."""
 
-    def __init__(self, detail: str):
-        super().__init__(detail)
-        self.detail = detail
-
 
 class Inflight:
     """Slots for request work, and the service's stopping flag (set by the server on SIGTERM)."""

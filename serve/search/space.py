@@ -56,6 +56,9 @@ class Space:
     framework: str = "torch"
     """Whose conventions each plan takes (collect.schema.framework_conventions): torch (the collector's),
     megatron, nanotron or torchtitan."""
+    # filled as the space is walked: validity per key (spec), the workload per micro-batch size and precision
+    _valid: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _workloads: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def shardings_for(self, dp: int, tp: int) -> list[str]:
         """The shardings of a layout: all of them, or, collectable only, those torch composes with tp."""
@@ -145,10 +148,6 @@ class Space:
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
 
-    @cached_property
-    def _valid(self) -> dict[tuple, bool]:
-        return {}
-
     def _workload(self, mbs: int, float8: str | None) -> Workload:
         """The workload at a micro-batch size and precision, made once per pair."""
         key = (mbs, float8)
@@ -157,10 +156,6 @@ class Space:
             update = {"micro_batch_size": mbs} | ({"float8": float8} if float8 is not None else {})
             found = self._workloads[key] = self.workload.model_copy(update=update)
         return found
-
-    @cached_property
-    def _workloads(self) -> dict[tuple, Workload]:
-        return {}
 
     def enumerate(self) -> list[RunSpec]:
         """Every valid plan of the space (computed once per space)."""
