@@ -31,7 +31,8 @@ from gnn.predictors.baselines import MegatronMemoryPredictor
 from gnn.sim.simulate import simulate
 from serve.api import load_predictor
 
-RUNS = REPO / "data" / "runs" / "playbook-h100.parquet"
+# the playbook's runs: its first file (1.3B, 3.6B, 80B) and the 8B model's, published later
+RUNS = [REPO / "data" / "runs" / "playbook-h100.parquet", REPO / "data" / "runs" / "playbook-h100-8b.parquet"]
 
 
 def check_sets(runs: pd.DataFrame) -> dict[str, pd.Series]:
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "gpu_fits.json"))
     args = parser.parse_args()
 
-    runs = ResultStore(RUNS).load()
+    runs = pd.concat([ResultStore(path).load() for path in RUNS], ignore_index=True)
     runs = runs[runs["status"].isin(["ok", "failed"])].reset_index(drop=True)
     capacity = runs["memory_bytes"].astype(float)
     peaks = {

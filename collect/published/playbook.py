@@ -1,7 +1,10 @@
 """The Ultra-Scale Playbook's H100 runs (Nanotron, Llama-shaped models on 1 to 32 nodes) as rows of data/runs.
 
     python -m collect.published.playbook [--src data/external/playbook/h100_nanotron.csv]
-                                         [--out data/runs/playbook-h100.parquet]
+                                         [--out data/runs/playbook-h100.parquet] [--tag playbook]
+
+The 8B model's runs, published later in a file of their own, are converted with
+``--src data/external/playbook/h100_nanotron_8b.csv --out data/runs/playbook-h100-8b.parquet --tag playbook8b``.
 
 Source: Hugging Face, "The Ultra-Scale Playbook: Training LLMs on GPU Clusters" (2025), its interactive
 benchmark figure (mirror github.com/vinjn/nanotron-ultrascale-playbook, commit 924e4d0), as converted in
@@ -79,15 +82,16 @@ def spec_of(row: dict) -> RunSpec:
     return RunSpec.model_validate({"workload": workload, "plan": plan, "cluster": cluster})
 
 
-def convert(src: str) -> tuple[pd.DataFrame, Counter]:
-    """(rows, reasons): the expressible rows in the row schema, and why the others could not be expressed."""
-    return convert_records(pd.read_csv(src).to_dict("records"), spec_of, _row)
+def convert(src: str, tag: str = "playbook") -> tuple[pd.DataFrame, Counter]:
+    """(rows, reasons): the expressible rows in the row schema, and why the others could not be expressed.
+    ``tag`` names each row's measurement (tag + its line), distinct per source file."""
+    return convert_records(pd.read_csv(src).to_dict("records"), spec_of, lambda spec, r, i: _row(spec, r, f"{tag}{i}"))
 
 
-def _row(spec: RunSpec, r: dict, i: int) -> dict:
+def _row(spec: RunSpec, r: dict, measurement: str) -> dict:
     ok = r["status"] == "ok"
     return {
-        **spec_columns(spec, f"playbook{i}", "playbook-h100", PRESET),
+        **spec_columns(spec, measurement, "playbook-h100", PRESET),
         "status": "ok" if ok else "failed",
         "error": "" if ok else "no result in the source (out of memory or crashed; it does not say which)",
         "iter_time_s": r["iter_time_s"] if ok else None,
@@ -101,8 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", default="data/external/playbook/h100_nanotron.csv")
     parser.add_argument("--out", default="data/runs/playbook-h100.parquet")
+    parser.add_argument("--tag", default="playbook", help="prefix of each row's measurement id, one per file")
     args = parser.parse_args()
-    df, reasons = convert(args.src)
+    df, reasons = convert(args.src, args.tag)
     save(
         df,
         reasons,
