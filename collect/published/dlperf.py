@@ -55,6 +55,9 @@ def spec_of(row: dict) -> RunSpec:
         "num_microbatches": gbs // (mbs * dp),
         **framework_conventions("megatron", tp, False, "float16"),
         "attention": "eager",
+        # Megatron-LM of 2021 reduced gradients after the backward (its local DDP), with no distributed optimizer
+        "grad_reduce_overlap": False,
+        "param_gather_overlap": False,
     }
     per_node = min(gpus, 8)
     cluster = {"nodes": gpus // per_node, "devices_per_node": per_node, "device": "cuda", "device_kind": "v100"}

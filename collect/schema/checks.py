@@ -14,14 +14,15 @@ import json
 from pydantic import model_validator
 
 from collect.schema.choices import Strict
+from collect.schema.plan import CLUSTER_LATER_FIELDS, MAX_STAGES, Cluster, Plan
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
-from collect.schema.plan import MAX_STAGES, Cluster, Plan
 from collect.schema.workload import LATER_FIELDS, Workload
 
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
 _LATER_FIELDS = {
     "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
     "plan": {k: Plan.model_fields[k].default for k in PLAN_LATER_FIELDS},
+    "cluster": {k: Cluster.model_fields[k].default for k in CLUSTER_LATER_FIELDS},
 }
 
 
@@ -249,6 +250,8 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         "fp32_grads",
         "attention_keeps_packed_qkv",
         "tp_layer_latency",
+        "grad_reduce_overlap",
+        "param_gather_overlap",
     )
     kept = [f"plan.{k}" for k in flags if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []

@@ -40,7 +40,10 @@ def framework_conventions(
     FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by
     weights (plan.pipeline_split), keeps multi-head attention's packed q, k and v whole
     (plan.attention_keeps_packed_qkv) and waits a latency per layer that grows with tp (plan.tp_layer_latency).
-    Every framework runs fused attention (plan.attention, the default)."""
+    Megatron alone overlaps the gradient reduction with the backward and the distributed optimizer's parameter
+    all-gather with the next forward (overlap_grad_reduce, overlap_param_gather: on in NeMo's and
+    Megatron-Bridge's performance recipes; Megatron-LM's releases before 2023 had neither, so older runs turn them
+    off, collect.published.dlperf). Every framework runs fused attention (plan.attention, the default)."""
     torch = framework == "torch"
     half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
     return {
@@ -55,6 +58,8 @@ def framework_conventions(
         "pipeline_split": "weights" if framework == "nanotron" else "layers",
         "attention_keeps_packed_qkv": framework == "nanotron",
         "tp_layer_latency": framework == "nanotron",
+        "grad_reduce_overlap": framework == "megatron",
+        "param_gather_overlap": framework == "megatron",
     }
 
 

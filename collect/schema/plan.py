@@ -20,6 +20,8 @@ CONVENTIONS = (
     "attention",
     "attention_keeps_packed_qkv",
     "tp_layer_latency",
+    "grad_reduce_overlap",
+    "param_gather_overlap",
 )
 # bounds far past any cluster (a million GPUs), so no degree reaches a check's arithmetic unbounded; the service
 # bounds a plan's pipeline tighter (serve.schemas)
@@ -28,6 +30,7 @@ MAX_MICROBATCHES = 2**30
 MAX_STAGES = 2**16  # pp * virtual_stages: checks.plan_problems lists each stage's layers only below this
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
+CLUSTER_LATER_FIELDS = ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")
 
 
 class Plan(Strict):
@@ -111,6 +114,15 @@ class Plan(Strict):
     in all than that latency alone would.
     Priced only by the fitted models, whose coefficients for it come from training rows (gnn.costs.efficiency);
     the simulator leaves it out. False: no such latency (the collector's, Megatron's, torchtitan's)."""
+    grad_reduce_overlap: bool = False
+    """The data-parallel gradient reduction runs in buckets while the last micro-batch's backward still computes
+    (Megatron's overlap_grad_reduce, which NeMo's recipes turn on): only what the backward cannot hide, and at
+    least the last bucket, waits after it. False: the whole reduction waits for the backward, as the simulator
+    prices the collector's gloo ranks, whose two cores run the all-reduce and the backward in turn."""
+    param_gather_overlap: bool = False
+    """The distributed optimizer's parameter all-gather (plan.sharding zero1) runs in buckets under the next
+    step's first forward (Megatron's overlap_param_gather): only what that forward cannot hide is exposed.
+    False: the all-gather follows the optimizer step whole (torch's ZeroRedundancyOptimizer, Nanotron's ZeRO-1)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -239,13 +251,32 @@ class Cluster(Strict):
     """Per-device memory capacity; a plan whose peak exceeds it is labelled oom."""
     backend: Literal["gloo", "nccl"] = "gloo"
     """torch.distributed backend."""
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """GPUs that reach each other over NVLink: a node's (None), or a rack's where nodes share an NVLink switch
+    fabric (72 in a GB200 NVL72 described as trays of 4). A group inside it never touches a NIC."""
+    nics_per_node: int | None = Field(default=None, ge=1, le=64)
+    """Network interfaces per node for the inter-node fabric (None: one per device, as in DGX and NVL72 nodes,
+    rail-optimised). With fewer, the node's devices share them: a group's traffic across nodes gets
+    nics_per_node / devices_per_node of a NIC per device."""
+    nic_bandwidth_bytes_per_s: int | None = Field(default=None, ge=1, le=10**13)
+    """One NIC's bandwidth per direction (None: the hardware preset's: 50 GB/s, 400 Gb/s NDR InfiniBand)."""
 
     @model_validator(mode="after")
     def _backend_matches_device(self) -> "Cluster":
         if self.backend == "nccl" and self.device != "cuda":
             raise ValueError(f"backend 'nccl' needs device 'cuda', got device {self.device!r}")
+        if self.nvlink_domain is not None and self.nvlink_domain % self.devices_per_node:
+            raise ValueError(
+                f"nvlink_domain ({self.nvlink_domain}) must be whole nodes: a multiple of devices_per_node "
+                f"({self.devices_per_node})"
+            )
         return self
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices_per_node
+
+    @property
+    def nvlink_ranks(self) -> int:
+        """Ranks that share an NVLink domain: what a group must span to cross the network."""
+        return self.nvlink_domain or self.devices_per_node

@@ -8,6 +8,12 @@ The bus bandwidth of a ring inside a node is the NVLink bandwidth per GPU. Acros
 NIC, and the preset's nodes have one NIC per GPU (DGX): a group with k ranks on each node moves its data through
 k NICs, so its bus bandwidth is k times one NIC's, never more than NVLink's. A tensor-parallel group of 16 over
 two nodes so keeps most of NVLink's bandwidth; a data-parallel group with one rank per node has one NIC.
+
+An all-reduce across more than one node may also run as NCCL's double binary tree, whose latency grows with the
+log of the node count where a ring's grows with the rank count: at 32 nodes of 8 a ring pays 510 steps, a tree
+2 x (7 NVLink + 5 network) hops. tuning.cc prices it at half its bus bandwidth, capped at 80 GB/s beyond two nodes
+(110 GB/s on two), 0.9 of the channel bandwidth; NCCL picks the faster, and so does this model. NVLink SHARP
+(NVLS) and CollNet need switch support this model does not describe, and are not priced.
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ import math
 BASE_LATENCY_US = {"simple": 8.4, "ll": 6.6}
 STEP_LATENCY_US = {"simple": (3.4, 9.6), "ll": (0.47, 2.7)}  # (NVLink, network)
 LL_MULTI_NODE_STEP = 1.8  # tuning.cc: an NVLink step of LL costs 1.8x when the ring spans nodes
+# tuning.cc's tree: base latency and per-hop latency (NVLink, network) in microseconds, Simple and LL protocols
+TREE_BASE_LATENCY_US = {"simple": 0.0, "ll": 4.4}
+TREE_HOP_LATENCY_US = {"simple": (28.0, 50.0), "ll": (0.52, 5.0)}
+TREE_MAX_BUS_BW = {False: 80e9, True: 110e9}  # bytes/s: beyond two nodes, on two (tuning.cc maxTreeBw)
+TREE_BW_SHARE, TREE_LL_SHARE = 0.9, 1 / 3.8  # of the channel bandwidth; LL's share of the tree's
 
 
 def ring_steps(op: str, ranks: int, nodes: int) -> tuple[int, int]:
@@ -49,6 +60,21 @@ def ring_seconds(op: str, message_bytes: float, ranks: int, per_node: int, intra
         latency = (BASE_LATENCY_US[proto] + (steps - inter) * nvl + inter * net) * 1e-6
         bw = algbw if proto == "simple" else algbw / (4 if nodes > 1 or op == "all_reduce" else 3)
         best = min(best, latency + message_bytes / bw)
+    return best
+
+
+def tree_all_reduce_seconds(message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float) -> float:
+    """An all-reduce over nodes as NCCL's tree: up and down a chain inside each node and a binary tree across
+    them (tuning.cc's log2i: whole levels); the faster of the Simple and LL protocols."""
+    nodes = math.ceil(ranks / per_node)
+    bus = min(TREE_BW_SHARE * bus_bandwidth(intra_bw, inter_bw, per_node, nodes), TREE_MAX_BUS_BW[nodes <= 2])
+    best = math.inf
+    for proto in ("simple", "ll"):
+        nvl, net = TREE_HOP_LATENCY_US[proto]
+        nvl *= LL_MULTI_NODE_STEP if proto == "ll" else 1.0
+        latency = (TREE_BASE_LATENCY_US[proto] + 2 * ((per_node - 1) * nvl + (nodes.bit_length() - 1) * net)) * 1e-6
+        algbw = 0.5 * bus * (TREE_LL_SHARE if proto == "ll" else 1.0)  # tuning.cc: a tree's algorithm bandwidth
+        best = min(best, latency + message_bytes / algbw)
     return best
 
 

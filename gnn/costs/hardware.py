@@ -17,7 +17,7 @@ from functools import lru_cache
 from collect.hardware.costmodel import ThreeRegionCurve
 from collect.hardware.records import load_hardware
 from gnn.costs.blocks import BlockModel
-from gnn.costs.collectives import all_to_all_seconds, ring_seconds, send_recv_seconds
+from gnn.costs.collectives import all_to_all_seconds, ring_seconds, send_recv_seconds, tree_all_reduce_seconds
 from gnn.costs.gpu import GpuKernels
 
 
@@ -69,22 +69,33 @@ class HardwareModel:
         return flops / rate
 
     def comm_time(
-        self, op: str, message_bytes: float, group: int, crosses_node: bool = False, per_node: int | None = None
+        self,
+        op: str,
+        message_bytes: float,
+        group: int,
+        crosses_node: bool = False,
+        per_node: int | None = None,
+        inter_bw: float | None = None,
     ) -> float:
         """``per_node``: how many of the group's ranks share a node (all of them unless it crosses nodes; one
-        when it does and nothing else is said)."""
+        when it does and nothing else is said); ``inter_bw``: the cluster's network bytes/s per device, where it
+        states its own (gnn.costs.pricing.network)."""
         if group <= 1 or message_bytes <= 0:
             return 0.0
         if self.curves:
             return self._curve_time(op, message_bytes, group)
-        intra, inter = self.intra_bw or 1e10, self.inter_bw or self.intra_bw or 1e10
+        intra = self.intra_bw or 1e10
+        inter = inter_bw or self.inter_bw or self.intra_bw or 1e10
         if op == "send_recv":
             return send_recv_seconds(message_bytes, crosses_node, intra, inter)
         per_node = min(per_node or 1, group) if crosses_node else group
         if op == "all_to_all":
             return all_to_all_seconds(message_bytes, group, per_node, intra, inter)
         buffer = message_bytes * group if op == "all_gather" else message_bytes
-        return ring_seconds(op, buffer, group, per_node, intra, inter)
+        ring = ring_seconds(op, buffer, group, per_node, intra, inter)
+        if op == "all_reduce" and group > per_node:  # NCCL's tree, where the faster (gnn.costs.collectives)
+            return min(ring, tree_all_reduce_seconds(buffer, group, per_node, intra, inter))
+        return ring
 
     def _curve_time(self, op: str, message_bytes: float, group: int) -> float:
         groups = sorted(g for o, g in self.curves if o == op)

@@ -32,12 +32,32 @@ TENSORS_PER_LAYER = 16
 STRIDED_BY_TP = {"dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "ep_a2a", "cp_ring"}
 
 
+def network(cluster, hw: HardwareModel) -> tuple[int, float | None]:
+    """(ranks per NVLink domain, bytes/s of network per device) of a cluster: its own where it states them
+    (collect.schema.Cluster's nvlink_domain, nics_per_node, nic_bandwidth_bytes_per_s), else the hardware's
+    (None: the record's inter-node bandwidth, one NIC per device)."""
+    nics, nic = cluster.nics_per_node, cluster.nic_bandwidth_bytes_per_s
+    per_device = None
+    if nics is not None or nic is not None:
+        per_device = (nics or cluster.devices_per_node) * (nic or hw.inter_bw or 0.0) / cluster.devices_per_node
+    return cluster.nvlink_ranks, per_device or None
+
+
 class Pricing:
     def __init__(
-        self, w: Workload, plan: Plan, c: BlockCosts, hw: HardwareModel, stage_layers: tuple[int, ...], tp_cross: bool
+        self,
+        w: Workload,
+        plan: Plan,
+        c: BlockCosts,
+        hw: HardwareModel,
+        stage_layers: tuple[int, ...],
+        tp_cross: bool,
+        network: tuple[int, float | None] | None = None,
     ):
-        """``stage_layers``: each stage's layer count (Plan.stage_layers)."""
+        """``stage_layers``: each stage's layer count (Plan.stage_layers); ``network``: the cluster's (see
+        network()), else the hardware record's."""
         self.w, self.plan, self.c, self.hw = w, plan, c, hw
+        self.domain, self.inter_bw = network or (hw.devices_per_node, None)
         self.stage_layers, self.num_stages, self.tp_cross = stage_layers, plan.num_stages, tp_cross
         self.costs: dict[tuple, float] = {}  # distinct node -> estimated seconds
 
@@ -57,10 +77,11 @@ class Pricing:
     ) -> float:
         if kind in COLLECTIVE:
             op = COLLECTIVE[kind] or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
-            per_node = max(1, self.hw.devices_per_node // (self.plan.tp if kind in STRIDED_BY_TP else 1))
-            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node)
+            per_node = max(1, self.domain // (self.plan.tp if kind in STRIDED_BY_TP else 1))
+            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node, self.inter_bw)
             if kind == "tp_comm" and self.plan.sequence_parallel:
-                per_call += self.hw.comm_time("all_gather", message_bytes / group, group, crosses_node, per_node)
+                gather = message_bytes / group
+                per_call += self.hw.comm_time("all_gather", gather, group, crosses_node, per_node, self.inter_bw)
             return count * per_call
         if self.hw.blocks is not None:
             return count * self._block_seconds(kind, phase)

@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from collect.schema import Cluster, Plan, RunSpec, Workload
+from collect.schema.plan import CLUSTER_LATER_FIELDS
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
 from collect.schema.workload import LATER_FIELDS
 from collect.store import ResultStore
@@ -81,6 +82,7 @@ def row_to_spec(row) -> tuple[RunSpec, str, dict]:
         device_kind=_get(row, "device_kind", "cpu"),
         memory_bytes=int(_get(row, "memory_bytes", 80 * 2**30)),
         backend=_get(row, "backend", "gloo"),
+        **_later_fields(row, Cluster, CLUSTER_LATER_FIELDS),
     )
     return RunSpec.model_construct(workload=w, plan=p, cluster=c), hw, flags
 

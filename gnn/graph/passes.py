@@ -14,10 +14,10 @@ from __future__ import annotations
 from collect.schema import CONVENTIONS, Cluster, Plan, Workload
 from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_dtype_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
-from gnn.costs.pricing import Pricing
+from gnn.costs.pricing import Pricing, network
 from gnn.graph.layout import stage_role, uneven_layers
 from gnn.graph.memory import StageMemory
-from gnn.graph.step import compile_step
+from gnn.graph.step import compile_step, overlap_windows
 from gnn.graph.table import COL
 from gnn.graph.template import PassRows, PassTemplate
 
@@ -60,7 +60,7 @@ class PassCompiler:
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool, int], float] = {}  # per stage role (layout.stage_role)
-        per_node = cluster.devices_per_node
+        per_node = cluster.nvlink_ranks  # a group crosses the network once it spans more than an NVLink domain
         # mesh order (pp, dp, cp, tp) with tp innermost: a group crosses nodes once its span exceeds a node; ep's
         # groups sit inside dp x cp
         self.tp_cross = plan.tp > per_node
@@ -69,7 +69,7 @@ class PassCompiler:
         self.dp_cross = plan.tp * plan.data_ranks > per_node
         self.pp_cross = plan.tp * plan.data_ranks * plan.pp > per_node and plan.pp > 1
         self.memory = StageMemory(w, plan, self.c, self.stage_layers)
-        self.pricing = Pricing(w, plan, self.c, hw, self.stage_layers, self.tp_cross)
+        self.pricing = Pricing(w, plan, self.c, hw, self.stage_layers, self.tp_cross, network(cluster, hw))
 
     def _role(self, stage: int) -> tuple[bool, bool, int]:
         return stage_role(stage, self.num_stages - 1, self.uneven)
@@ -123,14 +123,9 @@ class PassCompiler:
             last = self._layer_comm(rows, last, stage, "forward", _AFTER[kind])
             last = self._layer_comm(rows, last, stage, "forward", "tp_comm")
         if stage == plan.num_stages - 1:
+            logits = c.logits_bytes
             last = rows.add(
-                last,
-                "head",
-                "forward",
-                stage,
-                flops=c.head_flops,
-                alloc_bytes=c.logits_bytes,
-                transient_bytes=2 * c.logits_bytes,
+                last, "head", "forward", stage, flops=c.head_flops, alloc_bytes=logits, transient_bytes=2 * logits
             )
             if plan.pp > 1 and (plan.pipeline_keeps_outputs or plan.pp_schedule == "gpipe"):
                 # the schedule keeps each output (under GPipe torch holds as much either way: measured 46.3 MB
@@ -225,16 +220,18 @@ class PassCompiler:
 
     def step(self, stages: tuple[int, ...]) -> PassTemplate:
         """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
-        Its rows depend on the parameters held, how they are sharded and reduced, and the hardware, not on the
-        schedule, micro-batches or recompute: plans of a batch that agree on those share it, as do ranks whose
-        stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places)."""
+        Its rows depend on the parameters held, how they are sharded and reduced, the hardware and, where they
+        overlap compute, the compute they hide under; not on the schedule or micro-batches: plans of a batch that
+        agree on those share it, as do ranks whose stages have the same roles (gnn.graph.build writes each rank's
+        own stage into the rows it places)."""
         plan = self.plan
         roles = tuple(self._role(s) for s in stages)
         key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, plan.fp32_grads, self.stage_layers, roles)
-        key += (self.dp_cross,)
+        windows = overlap_windows(plan, stages, self.template)
+        key += (self.dp_cross, plan.grad_reduce_overlap, plan.param_gather_overlap, windows)
         found = self._shared_steps.get(key)
         if found is None:
-            found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages)
+            found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages, windows)
         return found
 
     def static_bytes(self) -> list[float]:

@@ -1,5 +1,13 @@
 """A rank's end of iteration as table rows: DDP's gradient all-reduce, FSDP's deferred reduce-scatter under a
-pipeline, the optimizer, and ZeRO-1's parameter all-gather."""
+pipeline, the optimizer, and ZeRO-1's parameter all-gather.
+
+Where the framework overlaps them (plan.grad_reduce_overlap, plan.param_gather_overlap: Megatron's
+overlap_grad_reduce and overlap_param_gather), a collective's buckets run under compute: the gradients' while the
+last micro-batch's backward still runs, the parameters' under the next step's first forward. Its node then costs
+what that compute cannot hide, and never less than one bucket (the last gradients are ready only when the backward
+ends; the first layer's parameters are needed first). The node keeps its count and bytes, so its features say
+how much traffic it moved.
+"""
 
 from __future__ import annotations
 
@@ -8,30 +16,32 @@ import numpy as np
 from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param
 from gnn.costs.pricing import Pricing
 from gnn.graph.memory import StageMemory
+from gnn.graph.table import COL
 from gnn.graph.template import PassRows, PassTemplate
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
+# Megatron's buckets where it overlaps: bucket_cap_mb 125 in NeMo's recipes (NVIDIA/NeMo-Framework-Launcher
+# launcher_scripts/conf/training/llama/llama3_70b.yaml: mcore_distributed_optim, overlap_grad_sync and
+# overlap_param_sync true)
+OVERLAP_BUCKET_BYTES = 125 * 2**20
 
 
-def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: tuple[int, ...]) -> PassTemplate:
+def compile_step(
+    memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: tuple[int, ...], windows: tuple[float, float]
+) -> PassTemplate:
     """The rows of a rank's end of iteration on the stages it holds (gnn.graph.passes.PassCompiler.step says what
-    they depend on). ``dp_cross``: the data-parallel group spans nodes."""
+    they depend on). ``dp_cross``: the data-parallel group spans nodes. ``windows``: seconds of compute in one
+    micro-batch's backward and forward of those stages, what an overlapped collective can hide under."""
     plan, w = memory.plan, memory.w
     rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
     if plan.data_ranks > 1 and not plan.fsdp_enabled:
         grads = params * grad_dtype_bytes(w, plan)
-        buckets = max(1, int(np.ceil(grads / DDP_BUCKET_BYTES)))
-        last = rows.add(
-            last,
-            "dp_comm",
-            "backward",
-            stages[0],
-            count=buckets,
-            message_bytes=grads / buckets,
-            group=plan.data_ranks,
-            crosses_node=dp_cross,
-        )
+        bucket = OVERLAP_BUCKET_BYTES if plan.grad_reduce_overlap else DDP_BUCKET_BYTES
+        buckets = max(1, int(np.ceil(grads / bucket)))
+        fields = dict(count=buckets, message_bytes=grads / buckets, group=plan.data_ranks, crosses_node=dp_cross)
+        seconds = exposed(pricing, "dp_comm", fields, windows[0]) if plan.grad_reduce_overlap else None
+        last = rows.add(last, "dp_comm", "backward", stages[0], seconds=seconds, **fields)
     if memory.pipelined_fsdp():
         # one reduce-scatter of the stages' accumulated gradients, unit by unit: a unit's input copy and its
         # shard live beside the unsharded gradients
@@ -62,13 +72,31 @@ def compile_step(memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: 
         seconds=pricing.optimizer_seconds(stages, params / shard),
     )
     if plan.sharding == "zero1" and plan.data_ranks > 1:
-        rows.add(
-            step,
-            "zero_allgather",
-            "step",
-            stages[0],
-            message_bytes=params * dtype_bytes(w) / plan.data_ranks,
-            group=plan.data_ranks,
-            crosses_node=dp_cross,
+        shard = params * dtype_bytes(w) / plan.data_ranks
+        buckets = (
+            max(1, int(np.ceil(shard * plan.data_ranks / OVERLAP_BUCKET_BYTES))) if plan.param_gather_overlap else 1
         )
+        fields = dict(count=buckets, message_bytes=shard / buckets, group=plan.data_ranks, crosses_node=dp_cross)
+        seconds = exposed(pricing, "zero_allgather", fields, windows[1]) if plan.param_gather_overlap else None
+        rows.add(step, "zero_allgather", "step", stages[0], seconds=seconds, **fields)
     return rows.done(last)
+
+
+def overlap_windows(plan, stages: tuple[int, ...], template) -> tuple[float, float]:
+    """Compute seconds of one micro-batch's backward and forward on the stages a rank holds (``template``:
+    PassCompiler.template): what an overlapped gradient reduction or parameter gather hides under. Zero where
+    nothing overlaps."""
+    if not (plan.grad_reduce_overlap or plan.param_gather_overlap):
+        return 0.0, 0.0
+    compute = lambda table: float(table[table[:, COL["stream"]] == 0, COL["est_time"]].sum())  # noqa: E731
+    backward = sum(compute(template("B", s, (False, False)).table) for s in stages)
+    forward = sum(compute(template("F", s, (False,)).table) for s in stages)
+    return backward, forward
+
+
+def exposed(pricing: Pricing, kind: str, fields: dict, window: float) -> float:
+    """Seconds of a bucketed collective that ``window`` seconds of compute cannot hide: at least one bucket."""
+    whole = pricing.estimate(
+        kind, "step", fields["count"], 0.0, fields["message_bytes"], fields["group"], fields["crosses_node"]
+    )
+    return max(whole / fields["count"], whole - window)

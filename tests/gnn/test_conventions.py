@@ -108,10 +108,12 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "pipeline_split": "layers",
         "attention_keeps_packed_qkv": False,
         "tp_layer_latency": False,
+        "grad_reduce_overlap": True,
+        "param_gather_overlap": True,
     }
     nanotron = framework_conventions("nanotron", 4, True, "bfloat16")
     assert nanotron["pipeline_split"] == "weights" and nanotron["attention_keeps_packed_qkv"]
-    assert nanotron["tp_layer_latency"]
+    assert nanotron["tp_layer_latency"] and not nanotron["grad_reduce_overlap"]
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
     fp16 = framework_conventions("megatron", 4, True, "float16")  # fp32 master weights, fp16 gradients
     assert fp16["fp32_master_weights"] and not fp16["fp32_grads"]
@@ -129,6 +131,8 @@ def test_framework_conventions_and_what_the_collector_refuses():
     assert any("plan.attention_keeps_packed_qkv: predicted only" in p for p in packed)
     latency = collect_problems(_llama(global_batch_size=1), Plan(tp_layer_latency=True), cluster)
     assert any("plan.tp_layer_latency: predicted only" in p for p in latency)
+    overlap = collect_problems(_llama(global_batch_size=2), Plan(dp=2, grad_reduce_overlap=True), cluster)
+    assert any("plan.grad_reduce_overlap: predicted only" in p for p in overlap)
 
 
 @pytest.mark.parametrize(

@@ -93,3 +93,45 @@ def test_tensor_parallelism_makes_a_small_model_slower_per_flop():
     t8, c8 = _llama_time(8)
     assert c8 > 1.2 * c1
     assert t8 > c8
+
+
+def test_a_small_all_reduce_over_many_nodes_takes_the_tree():
+    """At 128 nodes a ring pays 2 x 127 network steps; NCCL's tree pays 2 x log2(128) hops (tuning.cc)."""
+    ring = (8.4 + 2 * 127 * 9.6) * 1e-6 + 1e6 / (NIC * 128 / (2 * 127))
+    tree_simple = 2 * 7 * 50.0 * 1e-6 + 1e6 / (0.5 * 0.9 * NIC)
+    tree_ll = (4.4 + 2 * 7 * 5.0) * 1e-6 + 1e6 / (0.5 * 0.9 * NIC / 3.8)
+    assert H100.comm_time("all_reduce", 1e6, 128, True, 1) == pytest.approx(min(tree_simple, tree_ll))
+    assert min(tree_simple, tree_ll) < ring
+
+
+def _dp_spec(cluster: dict | None = None, framework: str = "torch", sharding: str = "none") -> RunSpec:
+    from collect.schema import framework_conventions
+
+    w = {"family": "llama", "layers": 8, "hidden": 2048, "heads": 16, "kv_heads": 8, "ffn_hidden": 8192}
+    w |= {"seq_len": 2048, "vocab": 32000, "micro_batch_size": 1, "global_batch_size": 64, "dtype": "bfloat16"}
+    plan = {"dp": 32, "num_microbatches": 2, "sharding": sharding, **framework_conventions(framework, 1)}
+    base = {"nodes": 4, "devices_per_node": 8, "memory_bytes": 80 * 2**30, "device": "cuda", "backend": "nccl"}
+    return RunSpec.model_validate({"workload": w, "plan": plan, "cluster": base | (cluster or {})})
+
+
+def _dp_seconds(spec: RunSpec) -> float:
+    g = build_graph(spec.workload, spec.plan, spec.cluster, H100)
+    return float(g.column("est_time")[g.column("kind") == 6].sum())  # dp_comm
+
+
+def test_a_cluster_with_fewer_nics_pays_for_its_gradients_and_an_nvlink_rack_does_not():
+    dgx = _dp_seconds(_dp_spec())
+    two_nics = _dp_seconds(_dp_spec({"nics_per_node": 2}))  # a quarter of DGX's network per GPU
+    rack = _dp_seconds(_dp_spec({"nvlink_domain": 32}))  # all 32 GPUs on one NVLink fabric
+    assert two_nics > 1.5 * dgx and rack < dgx
+    with pytest.raises(ValueError, match="nvlink_domain"):
+        _dp_spec({"nvlink_domain": 12})
+
+
+def test_megatron_hides_its_gradient_reduction_under_the_backward():
+    spec = _dp_spec(framework="megatron", sharding="zero1")
+    exposed = _dp_seconds(spec)
+    serial = _dp_seconds(spec.model_copy(update={"plan": spec.plan.model_copy(update={"grad_reduce_overlap": False})}))
+    assert exposed < serial
+    slowest = simulate(build_graph(spec.workload, spec.plan, spec.cluster, H100)).iter_time_s
+    assert exposed > 0 and slowest > exposed
