@@ -23,6 +23,12 @@ world sizes are where it acts. Time's base is far weaker than memory's (25%
 against 4% MAPE on the CPU random split), but a correction the members cannot
 agree on is worse: on held-out FSDP-full plans they drew 13x and 17x time
 predictions without the guard (README, Accuracy).
+
+An interval's half-width in log units is k * (spread + floor), the spread capped at that same 99th percentile
+(beyond it, disagreement says the correction is not to be trusted, which the fallback acts on, not how wide the
+truth may lie), plus the part of the correction the fallback set aside (the disagreement between physics and
+correction), plus a widening per doubling outside the training rows. The point and both ends then lie between the
+plan's floor and ceiling (gnn.model.bounds): never zero, never infinite, never beyond what its physics allows.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import torch
 from torch import nn
 
 from gnn.dataset.packed import Packed, pack
+from gnn.model.bounds import Limits
 from gnn.model.fused import forward_members, fusable, physics_offsets
 
 COVERAGE = 0.8
@@ -48,6 +55,14 @@ FALLBACK_TARGETS = (0, 1)  # log time, log memory: the targets that fall back to
 # below this many validation rows a domain's 80% quantile is one of its few largest scores: its device class's
 # factor is steadier
 MIN_CALIBRATION_ROWS = 20
+# no interval reaches beyond e^20 (~5e8) times its point, whatever a model without calibrated limits says: exp()
+# of it stays finite
+MAX_HALF_WIDTH = 20.0
+# per target: the output's point, low and high names, and the summary's log point and spread
+TARGETS = (
+    ("iter_time_s", "iter_time_lo_s", "iter_time_hi_s", "log_time", "time_spread"),
+    ("peak_mem_bytes", "peak_mem_lo_bytes", "peak_mem_hi_bytes", "log_mem", "mem_spread"),
+)
 
 
 class Ensemble(nn.Module):
@@ -58,6 +73,7 @@ class Ensemble(nn.Module):
         class_column: int | None = None,
         aggregate: str = "mean",
         domain_names: list[str] | None = None,
+        range_names: list[str] | None = None,
     ):
         super().__init__()
         if aggregate not in AGGREGATES:
@@ -74,11 +90,14 @@ class Ensemble(nn.Module):
         self.register_buffer("k_domain", torch.full((len(self.domain_names), 2), float("nan")))
         # member spread [device class][log time, log memory] beyond which the correction fades toward the physics base
         self.register_buffer("spread_limit", torch.full((2, 2), float("inf")))
+        # each plan's floor, ceiling and distance from the training rows (gnn.model.bounds), per range domain
+        self.limits = Limits(_feature_names(members), range_names)
 
     @torch.inference_mode()
-    def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, ...]:
         """[members, n, 3] (every member's log time, log memory, oom logit), each graph's device class (0 CPU,
-        1 CUDA), and [n, 2] the physics base the members correct (log time, log memory)."""
+        1 CUDA), [n, 2] the physics base the members correct (log time, log memory), and [n, m] the flat features
+        the limits read (gnn.model.bounds)."""
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
         if not fused:
@@ -88,19 +107,20 @@ class Ensemble(nn.Module):
             chunk = [graphs[i] for i in range(start, stop)]
             parts.append(self._raw_batch(pack(chunk) if fused else Batch.from_data_list(chunk), fused))
         if not parts:
-            return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int), np.zeros((0, 2))
-        outs, classes, bases = zip(*parts)
-        return np.concatenate(outs, axis=1), np.concatenate(classes), np.concatenate(bases)
+            empty = self.limits.columns(torch.zeros(0, 0))
+            return np.zeros((len(self.members), 0, 3)), np.zeros(0, dtype=int), np.zeros((0, 2)), empty
+        outs, classes, bases, cols = zip(*parts)
+        return np.concatenate(outs, axis=1), np.concatenate(classes), np.concatenate(bases), np.concatenate(cols)
 
     @torch.inference_mode()
-    def raw_packed(self, batch: Packed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def raw_packed(self, batch: Packed) -> tuple[np.ndarray, ...]:
         """raw() of graphs already joined into one (gnn.dataset.packed.Packed), as featurisation workers send them."""
         fused = fusable(self.members)
         if not fused:
             from torch_geometric.data import Batch  # lazy: unfused training modules only; loaded models fuse
         return self._raw_batch(batch if fused else Batch.from_data_list(batch.graphs()), fused)
 
-    def _raw_batch(self, batch, fused: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _raw_batch(self, batch, fused: bool) -> tuple[np.ndarray, ...]:
         if fused:
             physics = physics_offsets(self.members, batch.u)  # once: the forward pass adds the same
             out, base = forward_members(self.members, batch, physics), physics[..., :2].mean(0)
@@ -108,7 +128,7 @@ class Ensemble(nn.Module):
             out, base = torch.stack([m(batch) for m in self.members]), self._physics(batch.u)
         col = self.class_column
         classes = (batch.u[:, col] > 0.5).long() if col is not None else torch.zeros(batch.num_graphs).long()
-        return out.numpy(), classes.numpy(), base.numpy()
+        return out.numpy(), classes.numpy(), base.numpy(), self.limits.columns(batch.u)
 
     def _physics(self, u: torch.Tensor) -> torch.Tensor:
         """[n, 2] the members' physics base (log time, log memory), averaged (members fitted on the same rows
@@ -123,18 +143,25 @@ class Ensemble(nn.Module):
     def summarize(
         self, raw: np.ndarray, base: np.ndarray | None = None, classes: np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
+        """Log point predictions and the spreads their intervals scale, and ``set_aside``: per target, how much of
+        the members' correction the fallback did not apply (0 where they agree as on the validation rows)."""
         median = self.aggregate == "median"
         point, spread = (np.median(raw, 0) if median else raw.mean(0)), raw.std(0)
+        set_aside = np.zeros((point.shape[0], 2))
         if base is not None and classes is not None:
-            point = point.copy()
+            limit = self.spread_limit.numpy()[classes]
+            agreed = point.copy()
             for j in FALLBACK_TARGETS:
-                point[:, j] = fall_back(point[:, j], spread[:, j], base[:, j], self.spread_limit.numpy()[classes, j])
+                point[:, j] = fall_back(agreed[:, j], spread[:, j], base[:, j], limit[:, j])
+                set_aside[:, j] = np.abs(agreed[:, j] - point[:, j])
+            spread = np.concatenate([np.minimum(spread[:, :2], limit), spread[:, 2:]], 1)
         spread = spread + SPREAD_FLOOR
         return {
             "log_time": point[:, 0],
             "log_mem": point[:, 1],
             "time_spread": spread[:, 0],
             "mem_spread": spread[:, 1],
+            "set_aside": set_aside,
             "oom_prob": 1 / (1 + np.exp(-np.clip(point[:, 2], -50, 50))),
         }
 
@@ -160,26 +187,28 @@ class Ensemble(nn.Module):
         return np.array([own[index[d]] if d in index else k[i] for i, d in enumerate(domains)]).reshape(-1, 2)
 
     def _outputs(
-        self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, domains: list[str] | None = None
+        self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, cols: np.ndarray, domains: list[str] | None = None
     ) -> dict[str, np.ndarray]:
         s = self.summarize(raw, base, classes)
         k = self.interval_factors(classes, domains)
-        return {
-            "iter_time_s": np.exp(s["log_time"]),
-            "iter_time_lo_s": np.exp(s["log_time"] - k[:, 0] * s["time_spread"]),
-            "iter_time_hi_s": np.exp(s["log_time"] + k[:, 0] * s["time_spread"]),
-            "peak_mem_bytes": np.exp(s["log_mem"]),
-            "peak_mem_lo_bytes": np.exp(s["log_mem"] - k[:, 1] * s["mem_spread"]),
-            "peak_mem_hi_bytes": np.exp(s["log_mem"] + k[:, 1] * s["mem_spread"]),
-            "oom_prob": s["oom_prob"],
-        }
+        floor, ceiling = self.limits.limits(cols, classes, base[:, 0])
+        widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)[:, None]
+        out = {"oom_prob": s["oom_prob"]}
+        for j, (name, lo, hi, log, spread) in enumerate(TARGETS):
+            half = np.minimum(k[:, j] * s[spread] + s["set_aside"][:, j] + widen[:, j], MAX_HALF_WIDTH)
+            point = np.clip(s[log], floor[:, j], ceiling[:, j])
+            out[name] = np.exp(point)
+            out[lo] = np.exp(np.clip(point - half, floor[:, j], point))
+            out[hi] = np.exp(np.clip(point + half, point, ceiling[:, j]))
+        return out
 
     def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray, domains: list[str] | None = None) -> None:
         """Fit, per device class on held-out (validation) graphs with their measured log targets: the spread beyond
         which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
         given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
-        raw, classes, base = self.raw(graphs)
+        raw, classes, base, cols = self.raw(graphs)
         s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
+        self.limits.fit_ceiling(cols, classes, base[:, 0], log_time, log_mem)
         names = np.asarray(domains if domains is not None else [], dtype=object)
         kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)
         own = [np.array(_factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
@@ -217,6 +246,15 @@ def _factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarra
         score = score[np.isfinite(score)]
         k.append(conformal_quantile(score, coverage) if len(score) else np.nan)
     return k
+
+
+def _feature_names(members: list[nn.Module]) -> list[str] | None:
+    """The flat feature names the members were trained on (their config), if they say."""
+    for m in members:
+        config = m.config if hasattr(m, "config") else dict(getattr(m, "hparams", {}))
+        if config.get("feature_names"):
+            return list(config["feature_names"])
+    return None
 
 
 def _batches(sizes: list[int], max_nodes: int) -> list[tuple[int, int]]:

@@ -25,6 +25,7 @@ from gnn.inference.predictor import BatchPredictor
 from gnn.model.ensemble import Ensemble
 from gnn.model.lightning import Surrogate
 from gnn.predictors.base import SIM_COLUMNS, Predictor
+from gnn.predictors.nested import widening
 
 SELECTION_METRIC = "val_mape"  # time MAPE + memory MAPE on the validation rows
 
@@ -122,9 +123,16 @@ def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool
 
 
 def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
-    """Fit the ensemble's interval factors and spread limits per hardware domain on the split's validation rows."""
+    """Fit the ensemble's interval factors, spread limits and ceilings per hardware domain on the split's validation
+    rows; its training ranges, and how much its intervals widen outside them (gnn.predictors.nested), on its
+    training rows."""
     names = [c for c in ds.meta.columns if c.startswith("f_")]
     ensemble.class_column = names.index("f_cuda")
+    train, limits = ds.meta.loc[parts["train"]], ensemble.limits
+    limits.fit_ranges(
+        limits.columns(torch.tensor(train[names].to_numpy(dtype=np.float32))), train["domain"].astype(str).tolist()
+    )
+    limits.widen.copy_(torch.tensor(widening(train, limits, names), dtype=torch.float32))
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(
         ds[torch.as_tensor(parts["val"])],

@@ -7,11 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from gnn.dataset.splits import named_splits
-from gnn.predictors.surrogate import TrainConfig, train_ensemble
-
-TINY = TrainConfig(max_epochs=3, hidden=16, num_layers=2, batch_size=32, members=2)
-
 
 @pytest.fixture
 def tracking(tmp_path, monkeypatch):
@@ -19,17 +14,6 @@ def tracking(tmp_path, monkeypatch):
     from gnn.tracking.runs import setup
 
     setup("test")
-
-
-@pytest.fixture(scope="module")
-def small_parts(vtrain_dataset):
-    parts = named_splits(vtrain_dataset.meta)["a100/random"]
-    return {k: v[:160] for k, v in parts.items()}
-
-
-@pytest.fixture(scope="module")
-def ensemble(vtrain_dataset, small_parts):
-    return train_ensemble(vtrain_dataset, small_parts, TINY, progress=False)
 
 
 def test_train_track_register_and_reload_identically(vtrain_dataset, small_parts, ensemble, tracking, tmp_path):

@@ -1,0 +1,156 @@
+"""What bounds a prediction, and how far outside its training rows it lies: the limits of the 80% intervals.
+
+An interval is the ensemble's calibrated width, widened where the plan lies outside the training rows, then held
+inside two limits:
+
+- **Floor (physics).** No step is faster than its compute at the device's peak: 6 FLOPs per non-embedding
+  parameter a token meets (a moe's active ones; the input embedding is a lookup, no matmul) per token of the
+  global batch, over the GPUs at their datasheet (or fingerprinted) peak for the dtype, twice that in FP8. Every
+  measured run in data/ takes at least twice it (the closest: NVIDIA's FP8 405B runs on GB300, at 1.97 times).
+- **Ceiling (physics times the worst seen).** No step is slower than its serial work: every pipeline stage's
+  compute and traffic one after the other, pp x (compute + communication) of the busiest rank, or the fitted
+  analytical model where that is larger (it prices Nanotron's latency per layer, which the simulator does not),
+  times the largest ratio of measured time to that on the calibration rows of the device class. Software stalls
+  do not follow datasheets (a 1.3B Nanotron pipeline of 128 micro-batches ran 70 times its simulated time), so the
+  factor is measured, not assumed; memory's ceiling is the simulator's peak times the largest ratio seen.
+- **Distance.** How many doublings a plan lies outside its domain's training rows, summed over model size, layers,
+  width, sequence, micro-batch, GPUs and the dp / tp / pp degrees. The interval widens by ``widen`` log units per
+  doubling: the growth of the analytical model's error when the largest scale and the largest model of the
+  training rows are held out of its fit in turn (gnn.predictors.nested), not an assumed constant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+# the flat features the limits read (unstandardised, as the batch carries them)
+COLUMNS = (
+    "f_log_active_params",
+    "f_log_vocab",
+    "f_log_hidden",
+    "f_log_mbs",
+    "f_log2_num_microbatches",
+    "f_log_seq",
+    "f_log2_dp",
+    "f_log_world",
+    "f_log_flops_per_s",
+    "f_float8",
+    "f_log2_pp",
+    "f_log_sim_compute",
+    "f_log_sim_comm",
+    "f_log_sim_mem",
+    "f_cuda",
+)
+# the quantities whose training range a plan's distance is measured against, and whether each is a natural log
+# (else a log2) of its value: distance is counted in doublings
+RANGED = (
+    ("f_log_params", True),
+    ("f_log_layers", True),
+    ("f_log_hidden", True),
+    ("f_log_seq", True),
+    ("f_log_mbs", False),
+    ("f_log_world", False),
+    ("f_log2_dp", False),
+    ("f_log2_tp", False),
+    ("f_log2_pp", False),
+)
+LN2 = math.log(2.0)
+ROUNDING = 1e-3  # doublings: the ranges are stored in float32, a plan on a range's edge is inside it
+
+
+class Limits(nn.Module):
+    """The floor, ceiling and distance of each plan, from its flat features ``u`` (gnn.model.bounds)."""
+
+    def __init__(self, feature_names: list[str] | None = None, domain_names: list[str] | None = None):
+        super().__init__()
+        names = list(feature_names or [])
+        self.enabled = all(c in names for c in COLUMNS) and all(c in names for c, _ in RANGED)
+        self.index = [names.index(c) for c in COLUMNS] if self.enabled else []
+        self.ranged = [names.index(c) for c, _ in RANGED] if self.enabled else []
+        self.domain_names = list(domain_names or [])
+        # log of the largest measured / reference ratio seen, [device class][time, memory]: inf until calibrated
+        self.register_buffer("ceiling", torch.full((2, 2), float("inf")))
+        # log units the interval widens by per doubling outside the training rows, [device class][time, memory]
+        self.register_buffer("widen", torch.zeros(2, 2))
+        # each domain's training range of RANGED, in doublings: [domain][quantity][lo, hi]
+        self.register_buffer("ranges", torch.zeros(len(self.domain_names), len(RANGED), 2))
+
+    def columns(self, u: torch.Tensor) -> np.ndarray:
+        """[n, len(COLUMNS) + len(RANGED)]: what the limits need of a batch's flat features."""
+        if not self.enabled:
+            return np.zeros((u.shape[0], 0))
+        if u.shape[0] == 0:
+            return np.zeros((0, len(self.index) + len(self.ranged)))
+        return u[:, self.index + self.ranged].double().numpy()
+
+    def floor_s(self, cols: np.ndarray) -> np.ndarray:
+        """Seconds of compute at peak per GPU: the fastest any step of the plan can be."""
+        c = dict(zip(COLUMNS, cols[:, : len(COLUMNS)].T))
+        params = np.maximum(np.exp(c["f_log_active_params"]) - np.exp(c["f_log_vocab"] + c["f_log_hidden"]), 0.0)
+        tokens = 2 ** c["f_log_mbs"] * 2 ** c["f_log2_num_microbatches"] * np.exp(c["f_log_seq"]) * 2 ** c["f_log2_dp"]
+        peak = np.exp(c["f_log_flops_per_s"]) * (1 + c["f_float8"])
+        return 6 * params * tokens / (2 ** c["f_log_world"] * peak)
+
+    def references(self, cols: np.ndarray, base_time: np.ndarray) -> np.ndarray:
+        """[n, 2] the log references the ceiling multiplies: the serial work (or the fitted model where larger) for
+        time, the simulator's peak for memory."""
+        c = dict(zip(COLUMNS, cols[:, : len(COLUMNS)].T))
+        serial = 2 ** c["f_log2_pp"] * (np.exp(c["f_log_sim_compute"]) + np.exp(c["f_log_sim_comm"]))
+        with np.errstate(invalid="ignore"):
+            time = np.fmax(np.log(serial), base_time)  # fmax: a NaN base (no analytical model) keeps the serial sum
+        return np.column_stack([time, c["f_log_sim_mem"]])
+
+    def limits(self, cols: np.ndarray, classes: np.ndarray, base_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([n, 2] log floor, [n, 2] log ceiling) of (time, memory); memory's floor is 0 bytes (-inf)."""
+        n = len(classes)
+        if not self.enabled:
+            return np.full((n, 2), -np.inf), np.full((n, 2), np.inf)
+        with np.errstate(divide="ignore"):
+            floor = np.column_stack([np.log(self.floor_s(cols)), np.full(n, -np.inf)])
+        return floor, self.references(cols, base_time) + self.ceiling.numpy()[classes]
+
+    def fit_ceiling(self, cols, classes, base_time, log_time, log_mem) -> None:
+        """The largest log(measured / reference) per device class and target over calibration rows."""
+        if not self.enabled:
+            return
+        excess = np.column_stack([log_time, log_mem]) - self.references(cols, base_time)
+        ceiling = np.full((2, 2), np.inf)
+        for c in (0, 1):
+            for j in (0, 1):
+                seen = excess[(classes == c) & np.isfinite(excess[:, j]), j]
+                if len(seen):
+                    ceiling[c, j] = max(float(seen.max()), 0.0)
+        self.ceiling.copy_(torch.tensor(ceiling, dtype=torch.float32))
+
+    def fit_ranges(self, cols: np.ndarray, domains: list[str]) -> None:
+        """Each domain's training range of the RANGED quantities (from the training rows' columns)."""
+        if not self.enabled:
+            return
+        doublings = self._doublings(cols)
+        names = np.asarray(domains, dtype=object)
+        self.domain_names = sorted(set(str(d) for d in domains))
+        ranges = [np.stack([doublings[names == d].min(0), doublings[names == d].max(0)], 1) for d in self.domain_names]
+        self.ranges = torch.tensor(np.array(ranges).reshape(-1, len(RANGED), 2), dtype=torch.float32)
+
+    def distance(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
+        """Doublings outside each plan's domain's training range, summed over the RANGED quantities; a domain never
+        trained on is measured against the union of the ranges trained on."""
+        n = cols.shape[0]
+        if not self.enabled or not self.domain_names:
+            return np.zeros(n)
+        x = self._doublings(cols)
+        ranges = self.ranges.numpy()
+        union = np.stack([ranges[:, :, 0].min(0), ranges[:, :, 1].max(0)], 1)
+        index = {name: i for i, name in enumerate(self.domain_names)}
+        own = np.array([ranges[index[d]] if d in index else union for d in (domains or [None] * n)])
+        own = own.reshape(n, len(RANGED), 2)
+        beyond = np.maximum(x - own[:, :, 1], 0) + np.maximum(own[:, :, 0] - x, 0)
+        return np.where(beyond > ROUNDING, beyond, 0.0).sum(1)
+
+    def _doublings(self, cols: np.ndarray) -> np.ndarray:
+        ranged = cols[:, len(COLUMNS) :]
+        return np.column_stack([ranged[:, i] / (LN2 if ln else 1.0) for i, (_, ln) in enumerate(RANGED)])

@@ -1,0 +1,74 @@
+"""How fast error grows outside the training rows, measured inside them: nested leave-a-group-out checks.
+
+Within a split's training rows, each hardware domain's largest scale (world size) and largest model (parameters)
+are held out in turn; the analytical model (gnn.predictors.baselines) is fitted on the rest of the device class's
+rows and scored on the held-out group, whose distance outside the rest's range (gnn.model.bounds.Limits) is
+known. The growth of the 80th percentile of its log error from inside the range to the held-out group, per
+doubling of distance, is how much an interval widens per doubling (gnn.model.ensemble). The analytical model
+stands in for the network here because it is fitted in milliseconds, so every check is cheap; it is the base the
+network corrects, and its error out of range is the part the correction cannot be trusted to remove.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gnn.model.bounds import Limits
+from gnn.predictors.baselines import AnalyticalPredictor
+
+HELD_OUT = ("world_size", "f_log_params")  # the largest scale, the largest model: what a planner extrapolates
+MIN_ROWS = 10  # a group (or what is left to fit on) smaller than this says nothing about growth
+COVERAGE = 0.8
+
+
+def widening(rows: pd.DataFrame, limits: Limits, feature_names: list[str]) -> np.ndarray:
+    """[device class][time, memory]: log units of widening per doubling outside the training range (0 where no
+    check could be made, or the error did not grow)."""
+    out = np.zeros((2, 2))
+    classes = (rows["f_cuda"] > 0.5).astype(int).to_numpy()
+    for c in (0, 1):
+        checks = [check for check in _checks(rows[classes == c], limits, feature_names) if check is not None]
+        for j in (0, 1):
+            found = [(excess[j], distance) for excess, distance in checks if np.isfinite(excess[j])]
+            if found:
+                excess, distance = np.array(found).T
+                out[c, j] = max(0.0, float(excess.sum() / distance.sum()))  # growth per doubling, pooled
+    return out
+
+
+def _checks(rows: pd.DataFrame, limits: Limits, names: list[str]):
+    for domain, group in rows.groupby("domain"):
+        for column in HELD_OUT:
+            held = group[column] >= group[column].max() - 1e-9
+            if held.sum() >= MIN_ROWS and (~held).sum() >= MIN_ROWS:
+                yield _check(rows.drop(index=group.index[held]), group[held], limits, names, str(domain))
+
+
+def _check(fit: pd.DataFrame, held: pd.DataFrame, limits: Limits, names: list[str], domain: str):
+    """(growth of the 80% log error per target from inside the fit to the held-out group, the held-out rows' median
+    distance), or None where the group lies inside the rest's range."""
+    inner = Limits(names)
+    inner.fit_ranges(_columns(fit, inner, names), fit["domain"].astype(str).tolist())
+    distance = float(np.median(inner.distance(_columns(held, inner, names), [domain] * len(held))))
+    if distance <= 0:
+        return None
+    model = AnalyticalPredictor().fit(fit)
+    inside, outside = model.predict(fit), model.predict(held)
+    excess = [
+        _quantile(outside[p], held[t]) - _quantile(inside[p], fit[t])
+        for p, t in (("pred_time_s", "iter_time_s"), ("pred_mem_bytes", "peak_mem_bytes"))
+    ]
+    return np.array(excess), distance
+
+
+def _quantile(pred: pd.Series, truth: pd.Series) -> float:
+    """The 80th percentile of |log(pred / truth)| over rows where both are known (NaN if fewer than MIN_ROWS)."""
+    p, t = pred.to_numpy(dtype=float), truth.to_numpy(dtype=float)
+    ok = np.isfinite(p) & np.isfinite(t) & (p > 0) & (t > 0)
+    return float(np.quantile(np.abs(np.log(p[ok] / t[ok])), COVERAGE)) if ok.sum() >= MIN_ROWS else np.nan
+
+
+def _columns(rows: pd.DataFrame, limits: Limits, names: list[str]) -> np.ndarray:
+    return limits.columns(torch.tensor(rows[names].to_numpy(dtype=np.float32)))

@@ -1,0 +1,92 @@
+"""The limits of the 80% intervals (gnn.model.bounds): a physics floor, a ceiling, and widening out of range."""
+
+import copy
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gnn.model.bounds import Limits
+
+
+def _names(ds) -> list[str]:
+    return [c for c in ds.meta.columns if c.startswith("f_")]
+
+
+def _columns(limits: Limits, rows: pd.DataFrame, names: list[str]) -> np.ndarray:
+    return limits.columns(torch.tensor(rows[names].to_numpy(dtype=np.float32)))
+
+
+def test_the_floor_is_compute_at_peak_and_no_measured_run_beats_it(vtrain_dataset):
+    names = _names(vtrain_dataset)
+    limits, meta = Limits(names), vtrain_dataset.meta
+    floor = limits.floor_s(_columns(limits, meta, names))
+    row = meta.iloc[0]
+    # by hand: 6 FLOPs per non-embedding parameter per token of the global batch, over the GPUs at peak
+    params = math.exp(row["f_log_active_params"]) - math.exp(row["f_log_vocab"] + row["f_log_hidden"])
+    tokens = row["global_batch_size"] * row["seq_len"]
+    by_hand = 6 * params * tokens / (row["world_size"] * math.exp(row["f_log_flops_per_s"]))
+    assert floor[0] == np.float64(floor[0]) and abs(floor[0] / by_hand - 1) < 1e-3
+    assert (meta["iter_time_s"].to_numpy() > floor).all()
+
+
+def test_distance_counts_doublings_outside_the_training_range(vtrain_dataset):
+    names, meta = _names(vtrain_dataset), vtrain_dataset.meta
+    limits = Limits(names)
+    small = meta[meta["world_size"] < meta["world_size"].max()]
+    limits.fit_ranges(_columns(limits, small, names), ["a100"] * len(small))
+    assert limits.domain_names == ["a100"]
+    inside = limits.distance(_columns(limits, small, names), ["a100"] * len(small))
+    assert (inside == 0).all()
+    biggest = meta[meta["world_size"] == meta["world_size"].max()]
+    outside = limits.distance(_columns(limits, biggest, names), ["a100"] * len(biggest))
+    doublings = math.log2(biggest["world_size"].iloc[0] / small["world_size"].max())
+    assert (outside >= doublings - 1e-6).all()  # at least the world size's doublings (dp grows with it)
+    # a GPU never trained on is measured against the union of the domains' ranges
+    assert (limits.distance(_columns(limits, small, names), ["v100"] * len(small)) == 0).all()
+
+
+def test_members_that_disagree_wildly_still_give_a_finite_interval_inside_the_limits(
+    vtrain_dataset, small_parts, ensemble
+):
+    """The Llama 3.1 70B search once printed 0.0 s - inf: members 30 log units apart must not do that."""
+    ens = copy.deepcopy(ensemble)
+    idx = small_parts["test"][:12]
+    raw, classes, base, cols = ens.raw(vtrain_dataset[torch.as_tensor(idx)])
+    raw = raw.copy()
+    raw[0, :, :2] += 30.0  # one member e^30 times too slow, another e^30 too fast
+    raw[1, :, :2] -= 30.0
+    out = ens._outputs(raw, classes, base, cols, ["a100"] * len(idx))
+    floor, ceiling = ens.limits.limits(cols, classes, base[:, 0])
+    for name, lo, hi, j in (("iter_time_s", "iter_time_lo_s", "iter_time_hi_s", 0),):
+        assert np.isfinite(out[hi]).all() and (out[lo] > 0).all()
+        assert (out[lo] <= out[name]).all() and (out[name] <= out[hi]).all()
+        assert (np.log(out[lo]) >= floor[:, j] - 1e-6).all() and (np.log(out[hi]) <= ceiling[:, j] + 1e-6).all()
+    assert np.isfinite(out["peak_mem_hi_bytes"]).all() and (out["peak_mem_lo_bytes"] > 0).all()
+
+
+def test_calibration_sets_a_finite_ceiling_and_a_widening_that_grows_intervals_out_of_range(
+    vtrain_dataset, small_parts, ensemble
+):
+    ens = copy.deepcopy(ensemble)
+    assert np.isfinite(ens.limits.ceiling.numpy()[1, 0])  # CUDA time: calibrated on the A100 validation rows
+    assert (ens.limits.widen.numpy() >= 0).all()
+    idx = small_parts["test"][:8]
+    graphs, domains = vtrain_dataset[torch.as_tensor(idx)], ["a100"] * len(idx)
+    near = ens.predict(graphs, domains=domains)
+    ens.limits.widen.fill_(0.5)
+    ens.limits.ranges[:, :, 1] -= 1.0  # every plan now lies a doubling per quantity beyond the largest trained
+    far = ens.predict(graphs, domains=domains)
+    near_width = np.log(near["iter_time_hi_s"] / near["iter_time_lo_s"])
+    far_width = np.log(far["iter_time_hi_s"] / far["iter_time_lo_s"])
+    assert (far_width >= near_width - 1e-9).all() and (far_width > near_width).any()
+
+
+def test_nested_checks_measure_error_growth_beyond_the_largest_scale(vtrain_dataset):
+    from gnn.predictors.nested import widening
+
+    names, meta = _names(vtrain_dataset), vtrain_dataset.meta
+    out = widening(meta, Limits(names), names)
+    assert out.shape == (2, 2) and np.isfinite(out).all() and (out >= 0).all()
+    assert out[0].sum() == 0  # no CPU rows: nothing measured, nothing widened
