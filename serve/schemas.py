@@ -43,6 +43,12 @@ class ClusterSpec(_Request):
     devices_per_node: int | None = Field(default=None, ge=1, le=64)
     memory_bytes: int | None = Field(default=None, ge=1)
     """Per-device capacity; defaults to the preset's."""
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_WORLD_SIZE)
+    """GPUs on one NVLink fabric when wider than a node (a whole number of nodes); defaults to a node."""
+    nics_per_node: int | None = Field(default=None, ge=1, le=64)
+    """Inter-node NICs per node; defaults to one per GPU (DGX, NVL72), as the presets assume."""
+    nic_bandwidth_bytes_per_s: int | None = Field(default=None, ge=1, le=10**13)
+    """One NIC's bandwidth per direction; defaults to the preset's (400 Gb/s: 5e10)."""
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
@@ -79,6 +85,7 @@ class ClusterSpec(_Request):
         return self.preset or self.fingerprint
 
     def cluster(self) -> Cluster:
+        network = {k: getattr(self, k) for k in ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")}
         if self.preset:
             p = self._preset
             return Cluster(
@@ -88,8 +95,11 @@ class ClusterSpec(_Request):
                 device_kind=p["id"],
                 memory_bytes=self.memory_bytes or p["memory_bytes"],
                 backend="nccl",
+                **network,
             )
-        return Cluster(nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes)
+        return Cluster(
+            nodes=self.nodes, devices_per_node=self.devices_per_node, memory_bytes=self.memory_bytes, **network
+        )
 
 
 def limit_problems(plan: Plan) -> list[str]:
@@ -151,6 +161,10 @@ class PlanPrediction(BaseModel):
     fits: bool
     """Predicted peak memory within the device's capacity."""
     oom_prob: float
+    """The network's out-of-memory classifier, learned from runs that ran out of memory on this machine's ranks."""
+    oom_risk: float
+    """The chance the peak exceeds the device's memory, read from the memory interval (its upper end is the 90th
+    percentile): below 0.1 when the whole interval fits. The search picks only plans under its max_oom_risk."""
     breakdown: dict[str, float]
     """Shares of the busiest device's iteration, per the simulator: compute, exposed communication, bubble."""
     extrapolation: list[str] | None = None
@@ -182,6 +196,9 @@ class SearchRequest(_Request):
     sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""
+    max_oom_risk: float = Field(default=0.1, ge=0.0, le=1.0)
+    """The largest chance of running out of memory (a prediction's oom_risk) a plan may carry to be picked: the
+    default takes only plans whose 80% memory interval fits, so whose upper end is below capacity."""
     framework: Framework = "torch"
     """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps, how
     sequence parallelism saves inputs, fp32 master weights and gradients) change the memory each plan needs

@@ -31,10 +31,25 @@ POINT_COLUMNS = (
     "peak_mem_hi_bytes",
     "fits",
     "oom_prob",
+    "oom_risk",
 )
+# the standard normal quantile of the 80% interval's upper end (0.9): an interval's half-width in log units is this
+# many standard deviations of a log-normal error
+Z_UPPER = 1.2815515655446004
 
 
 SIM_COLUMNS = ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
+
+
+def oom_risk(point: np.ndarray, hi: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """The chance the peak exceeds the capacity, read from the memory interval as a log-normal error: its upper
+    end (the 90th percentile) sets the spread. A plan whose whole interval fits has a risk below 10%."""
+    from scipy.stats import norm  # lazy: ~0.3 s, only predictions need it
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sigma = np.log(hi / point) / Z_UPPER
+        z = np.log(capacity / point) / sigma
+    return np.where(sigma > 0, norm.sf(z), (point > capacity).astype(float))
 
 
 class PredictionCancelled(RuntimeError):
@@ -130,6 +145,7 @@ class BatchPredictor:
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
         out["memory_bytes"] = capacity
         out["fits"] = out["peak_mem_bytes"] <= capacity
+        out["oom_risk"] = oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], capacity)
         sim = {k: np.concatenate([c[k] for _, c in parts]) if parts else np.zeros(0) for k in SIM_COLUMNS}
         # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
         total = sim["sim_time_s"]

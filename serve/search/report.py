@@ -38,6 +38,7 @@ def print_table(response: SearchResponse) -> None:
                 f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
                 f"{p.peak_mem_bytes / 2**30:.2f}",
                 "yes" if p.fits else "no",
+                f"{p.oom_risk:.0%}",
                 f"{p.breakdown['compute']:.0%}/{p.breakdown['communication_exposed']:.0%}/{p.breakdown['bubble']:.0%}",
             ]
         )
@@ -46,6 +47,11 @@ def print_table(response: SearchResponse) -> None:
         f"({response.feasible_trials} feasible) "
         f"over a space of {response.space_size} plans; model {response.model.get('uri', response.model.get('run_id'))}"
     )
-    print(tabulate(rows, headers=["#", "plan", "time ms", "80% interval", "peak GiB", "fits", "compute/comm/bubble"]))
+    print(
+        tabulate(
+            rows,
+            headers=["#", "plan", "time ms", "80% interval", "peak GiB", "fits", "oom risk", "compute/comm/bubble"],
+        )
+    )
     if response.pareto:
         print(f"Pareto front (time vs memory): {len(response.pareto)} plans")

@@ -111,8 +111,9 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Complete trials within every constraint (serve.search.study: the plan's chance of running out of memory)."""
     return [
         t
         for t in study.trials
-        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("mem_over_capacity", 1.0) <= 0
+        if t.state == optuna.trial.TrialState.COMPLETE and t.constraints and all(c <= 0 for c in t.constraints.values())
     ]

@@ -5,9 +5,11 @@
 
 SEARCH.json holds a SearchRequest: {"workload": {...}, "cluster": {"preset": "a100-80gb", "nodes": 2},
 "objective": "time" | "pareto", "trials": 200}. Single objective: minimise
-predicted iteration time, with predicted peak memory <= capacity as an Optuna
-constraint (infeasible trials stay in the study, marked, and steer the
-sampler away). Pareto: time vs peak memory with NSGA-II under the same
+predicted iteration time, with the chance of running out of memory (oom_risk,
+read from the memory interval) at most max_oom_risk as an Optuna constraint
+(infeasible trials stay in the study, marked, and steer the sampler away): a
+plan whose interval reaches past capacity is one the model cannot vouch for,
+and is not picked. Pareto: time vs peak memory with NSGA-II under the same
 constraint. Parameters are sampled conditionally (schedules only with pp > 1,
 sequence parallel only with tp > 1), so almost
 every trial is a valid plan; the rest are recorded as pruned with the reason.
@@ -44,8 +46,9 @@ BATCH = 32  # trials asked per round: the sampler learns from each round's resul
 EXHAUSTIVE_BATCH = 256  # nothing to learn between rounds: bigger batches predict faster
 TPE_OPTIONS: dict = {}
 # what a stored study's trial parameters mean: a new version starts new studies rather than resume old ones
-# (2: DDP and ZeRO-1 with tp joined the space, under one "sharding" parameter)
-SPACE_VERSION = 2
+# (2: DDP and ZeRO-1 with tp joined the space, under one "sharding" parameter; 3: the constraint is the chance of
+# running out of memory, not the predicted peak over capacity)
+SPACE_VERSION = 3
 
 
 class SearchCancelled(RuntimeError):
@@ -161,8 +164,10 @@ def _evaluate(predictor: BatchPredictor, request: SearchRequest, study: optuna.S
     for (t, s), row in zip(valid, pred.to_dict("records")):
         capacity = s.cluster.memory_bytes
         over = (row["peak_mem_bytes"] - capacity) / capacity
-        t.set_constraint("mem_over_capacity", over)  # feasible when <= 0: what the samplers read
+        # feasible when <= 0, what the samplers read: a plan may run out of memory no more often than asked
+        t.set_constraint("oom_risk_over_max", row["oom_risk"] - request.max_oom_risk)
         t.set_user_attr("mem_over_capacity", over)
+        t.set_user_attr("oom_risk", row["oom_risk"])
         t.set_user_attr("iter_time_s", row["iter_time_s"])
         t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
         values = [math.log(row["iter_time_s"])]
@@ -208,7 +213,8 @@ def search(
     best = _results(predictor, request, feasible, space, limit=request.top_k)
     pareto = []
     if request.objective == "pareto":
-        front = [t for t in study.best_trials if t.user_attrs.get("mem_over_capacity", 1.0) <= 0]
+        feasible_ids = {t.number for t in feasible}
+        front = [t for t in study.best_trials if t.number in feasible_ids]
         pareto = sorted(_results(predictor, request, front, space), key=lambda r: r.prediction.iter_time_s)
     finished = finished_trials(study)
     distinct = len({stored.key(t.params) for t in finished})

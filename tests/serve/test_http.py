@@ -45,6 +45,19 @@ def test_predict_many_plans_in_order(server, predictor):
     assert single["iter_time_s"] == pytest.approx(preds[2]["iter_time_s"], rel=1e-5)
 
 
+def test_a_cluster_states_its_network_and_each_prediction_its_oom_risk(server):
+    """Two nodes of 4 with one NIC each: data parallelism across them pays for it; a bad network is a 422."""
+    cluster = {**CLUSTER, "nodes": 2}
+    plan = [{"dp": 8, "num_microbatches": 2}]
+    dgx = server.predict(WORKLOAD, cluster, plan)["predictions"][0]
+    slow = server.predict(WORKLOAD, {**cluster, "nics_per_node": 1}, plan)["predictions"][0]
+    assert slow["breakdown"]["communication_exposed"] > dgx["breakdown"]["communication_exposed"]
+    assert 0.0 <= dgx["oom_risk"] <= 1.0
+    with pytest.raises(PlansightError) as e:
+        server.predict(WORKLOAD, {**cluster, "nvlink_domain": 6}, plan)
+    assert e.value.status == 422 and "nvlink_domain" in str(e.value.detail)
+
+
 def test_a_plan_outside_the_training_rows_says_what_lies_outside(server):
     big = {**WORKLOAD, "layers": 96, "hidden": 8192, "heads": 64}
     outside = server.predict(big, CLUSTER, [PLANS[0]])["predictions"][0]["extrapolation"]
