@@ -78,7 +78,7 @@ def gnn_splits(splits: dict) -> list[str]:
 
 # ablations cost a single member each: by default on the random split and the splits that hold out whole shapes
 ABLATION_SPLITS = ("all/random", "cpu/held_out_shape", "a100/held_out_hidden", "a100/held_out_layers")
-SCORING = 6  # bump when calibration or scoring changes: records are then recomputed from the cached models
+SCORING = 7  # bump when calibration or scoring changes: records are then recomputed from the cached models
 
 
 def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
@@ -191,6 +191,7 @@ def table(records: list[dict]) -> str:
                 "mape",
                 "mdape",
                 "gmae",
+                "bias",
                 "p90",
                 "max",
                 "coverage",
@@ -208,8 +209,15 @@ def table(records: list[dict]) -> str:
             "GNN in full (coverage: share of measurements inside the 80% interval)",
             gnn.set_index(["domain", "split", "target"])[cols].sort_index().round(3).to_string(),
         ]
+    for col, title in (
+        ("bias", "bias (geometric mean of predicted / measured)"),
+        ("coverage", "80% interval coverage"),
+    ):
+        if col in errors:
+            pivot = errors.pivot_table(index=["domain", "split", "target"], columns="predictor", values=col)
+            lines += ["", f"{title} on test rows", pivot.round(3).dropna(how="all").to_string()]
     extra = df[df.target.isin(["oom", "ranking"])]
-    cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success", "regret") if c in extra]
+    cols = [c for c in ("accuracy", "recall", "kendall_tau", "top1_success", "regret", "median_regret") if c in extra]
     for col in cols:
         table = extra.pivot_table(index=["domain", "split"], columns="predictor", values=col, aggfunc="first")
         lines += ["", f"{col} (test rows)", table.round(3).dropna(how="all").to_string()]

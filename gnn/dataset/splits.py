@@ -4,7 +4,7 @@ Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
 family (trained on gpt and llama only); on the A100
-rows, the largest hidden size and the largest layer counts; on other GPUs (H100), the largest model and the
+rows, the largest hidden size, the largest layer counts and the largest scale; on other GPUs (H100), the largest model and the
 largest world size; a GPU never trained on (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a
 split of its own, from a model trained on every row of the nearest GPU: H100, and A100 for V100). Validation is a
 15% hash-slice of what is not test. ``all/random`` is the union of the
@@ -76,6 +76,7 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
         elif domain == "a100":
             tests["held_out_hidden"] = d["hidden"] == d["hidden"].max()
             tests["held_out_layers"] = d["layers"] >= sorted(d["layers"].unique())[-2]
+            tests["held_out_scale"] = d["world_size"] == d["world_size"].max()  # vTrain's 8-GPU runs
         else:  # what a GPU user asks of a predictor: a model size, a scale and a framework it has not seen
             tests |= _gpu_tests(d)
         for name, mask in tests.items():

@@ -1,10 +1,11 @@
 """Accuracy measures, as the literature reports them.
 
 MAPE; median APE (comparable to the noise floor, itself a median); geometric-mean error
-exp(mean |log(pred/true)|) - 1; p90 and max of the absolute percentage error; oom accuracy, precision and
-recall; Kendall tau of the plan ranking within each workload; top-1 success: the predicted-fastest plan of a
-workload is the measured fastest or within 10% of it (Lin et al.); regret: how much slower the chosen plan
-measured than the fastest.
+exp(mean |log(pred/true)|) - 1; bias, the geometric mean of pred / true (1 unbiased, 0.5 twice too fast);
+p90 and max of the absolute percentage error; oom accuracy, precision and recall; Kendall tau of the plan
+ranking within each workload; top-1 success: the predicted-fastest plan of a workload is the measured fastest or
+within 10% of it (Lin et al.); regret: how much slower the chosen plan measured than the fastest (mean and median
+over workloads).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ def error_stats(pred: np.ndarray, true: np.ndarray) -> dict:
     ok = np.isfinite(pred) & np.isfinite(true) & (true > 0) & (pred > 0)
     pred, true = pred[ok], true[ok]
     if len(true) == 0:
-        return {"n": 0, "mape": None, "mdape": None, "gmae": None, "p90": None, "max": None}
+        return {"n": 0, "mape": None, "mdape": None, "gmae": None, "bias": None, "p90": None, "max": None}
     ape = np.abs(pred - true) / true
     return {
         "n": int(len(true)),
         "mape": float(ape.mean()),
         "mdape": float(np.median(ape)),
         "gmae": float(np.exp(np.abs(np.log(pred / true)).mean()) - 1),
+        "bias": float(np.exp(np.log(pred / true).mean())),
         "p90": float(np.percentile(ape, 90)),
         "max": float(ape.max()),
     }
@@ -67,4 +69,5 @@ def ranking_stats(rows: pd.DataFrame, pred_time: pd.Series) -> dict:
         "kendall_tau": float(np.mean(taus)) if taus else None,
         "top1_success": float(np.mean(hits)) if hits else None,
         "regret": float(np.mean(regrets)) if regrets else None,
+        "median_regret": float(np.median(regrets)) if regrets else None,
     }

@@ -26,7 +26,13 @@ def test_dataset_graphs_and_targets(vtrain_dataset):
 def test_splits_are_deterministic_and_disjoint(vtrain_dataset):
     dataset = vtrain_dataset
     a, b = named_splits(dataset.meta), named_splits(dataset.meta)
-    assert set(a) == {"a100/random", "a100/held_out_hidden", "a100/held_out_layers", "all/random"}
+    assert set(a) == {
+        "a100/random",
+        "a100/held_out_hidden",
+        "a100/held_out_layers",
+        "a100/held_out_scale",
+        "all/random",
+    }
     # the serving split holds out exactly the domains' random test rows
     assert np.array_equal(a["all/random"]["test"], a["a100/random"]["test"])
     for name, parts in a.items():
