@@ -32,6 +32,7 @@ def describe(ensemble: Ensemble) -> dict:
             "coverage": ensemble.coverage,
             "class_column": ensemble.class_column,
             "domain_names": ensemble.domain_names,
+            "range_names": ensemble.limits.domain_names,
             "aggregate": ensemble.aggregate,
         },
     }
