@@ -11,8 +11,8 @@ holds out exactly the test rows of cpu/random and a100/random. Two ablations,
 each one member beside gnn_single (the ensemble's first member, the same seed
 and config): gnn_no_physics masks the simulator's and analytical estimates
 out; gnn_simulator_base corrects the raw simulator's time instead of the
-fitted analytical model (gnn.model.physics_base), the served model's time base. gnn_median: the
-served ensemble's members combined by their median instead of their mean. GNN results are cached per split
+fitted analytical model (gnn.model.physics_base), the served model's time base. gnn_mean: the
+served ensemble's members combined by their mean instead of their median. GNN results are cached per split
 under build/evaluate/, keyed on the data, the code and the config, so an interrupted run resumes.
 
 Records: {predictor, domain, split, target (time | memory | oom | ranking), n,
@@ -33,6 +33,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
+import torch
 from tqdm import tqdm
 
 from collect import REPO
@@ -41,9 +42,9 @@ from gnn.dataset.graphs import PlanGraphs
 from gnn.dataset.splits import SERVING_SPLIT, named_splits
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
-from gnn.model.ensemble import Ensemble
+from gnn.model.ensemble import DEFAULT_AGGREGATE, Ensemble
 from gnn.predictors.registry import BASELINE_NAMES, REGISTRY
-from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, train_ensemble
+from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, gate, train_ensemble
 from gnn.tracking.runs import setup
 from gnn.tracking.scoring import ensemble_records, score
 
@@ -78,7 +79,7 @@ def gnn_splits(splits: dict) -> list[str]:
 
 # ablations cost a single member each: by default on the random split and the splits that hold out whole shapes
 ABLATION_SPLITS = ("all/random", "cpu/held_out_shape", "a100/held_out_hidden", "a100/held_out_layers")
-SCORING = 7  # bump when calibration or scoring changes: records are then recomputed from the cached models
+SCORING = 8  # bump when calibration or scoring changes: records are then recomputed from the cached models
 
 
 def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
@@ -94,11 +95,19 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
     cached = model.with_name(model.stem + f".records-v{SCORING}.json")
     if cached.exists():
         return json.loads(cached.read_text())
+    gates = model.with_name(model.stem + ".gates.json")  # the nested checks' verdicts: members' training time
     if model.exists():
-        ensemble = BatchPredictor.load(model, ds.hardware_dir).ensemble
+        ensemble = BatchPredictor.load(model, ds.hardware_dir, recalibrate=True).ensemble
+        ensemble.aggregate = DEFAULT_AGGREGATE  # how members combine, like calibration, is post hoc: the current code's
         calibrate_ensemble(ensemble, ds, parts)  # calibration is post hoc: redo it with the current code
+        if gates.exists():
+            ensemble.keeps_correction.copy_(torch.tensor(json.loads(gates.read_text())))
+        elif len(ensemble.members) > 1:
+            gate(ensemble, ds, parts, cfg)
     else:
-        ensemble = train_ensemble(ds, parts, cfg, progress=False)
+        ensemble = train_ensemble(ds, parts, cfg, progress=False, nested_checks=cfg.members > 1)
+    gates.parent.mkdir(parents=True, exist_ok=True)
+    gates.write_text(json.dumps(ensemble.keeps_correction.tolist()))
     CACHE.mkdir(parents=True, exist_ok=True)
     # the model is kept: experiments/search_proof.py searches with the model that never saw the held-out shape
     info = {"split": split, "config": asdict(cfg), "trained_range": training_range(ds.meta.loc[parts["train"]])}
@@ -106,10 +115,11 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
     records, frames = ensemble_records(ensemble, ds, parts, split, predictor=name, which=("test",))
     if len(ensemble.members) > 1:
         # its first member alone (seed 0) is a single model: the like-for-like partner of a one-member ablation;
-        # and the same members combined by their median instead of their mean
-        single, median = Ensemble([ensemble.members[0]]), Ensemble(list(ensemble.members), aggregate="median")
-        for variant, suffix in ((single, "single"), (median, "median")):
+        # and the same members combined by their mean instead of their median
+        single, mean = Ensemble([ensemble.members[0]]), Ensemble(list(ensemble.members), aggregate="mean")
+        for variant, suffix in ((single, "single"), (mean, "mean")):
             calibrate_ensemble(variant, ds, parts)
+            variant.keeps_correction.copy_(ensemble.keeps_correction)
             records += ensemble_records(variant, ds, parts, split, predictor=f"{name}_{suffix}", which=("test",))[0]
     for r in records:
         r.pop("part")

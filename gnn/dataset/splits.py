@@ -3,14 +3,12 @@
 Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
-family (trained on gpt and llama only); on the A100
-rows, the largest hidden size, the largest layer counts and the largest scale; on other GPUs (H100), the largest model and the
-largest world size; a GPU never trained on (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a
-split of its own, from a model trained on every row of the nearest GPU: H100, and A100 for V100). Validation is a
-15% hash-slice of what is not test. ``all/random`` is the union of the
-domains' random splits: the served model (the champion) is trained on it, so
-one model predicts CPU and GPU plans, and its test rows are exactly those of
-the domains' random splits.
+family (trained on gpt and llama only); on the A100 rows, the largest hidden size, the largest layer counts and
+the largest scale; on other GPUs (H100), the largest model and the largest world size; a GPU never trained on
+(NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a split of its own, from a model trained on
+every row of the nearest GPU: H100, and A100 for V100). Validation is a 15% hash-slice of what is not test.
+``all/random`` is the union of the domains' random splits: the served model (the champion) is trained on it, so
+one model predicts CPU and GPU plans, and its test rows are exactly those of the domains' random splits.
 """
 
 from __future__ import annotations

@@ -178,6 +178,9 @@ class BatchPredictor:
         checkpoint.save(path, self.ensemble, self.info)
 
     @classmethod
-    def load(cls, path: str | Path, hardware_dir: str | Path = "data/hardware") -> "BatchPredictor":
-        ensemble, info = checkpoint.load(path)
+    def load(
+        cls, path: str | Path, hardware_dir: str | Path = "data/hardware", recalibrate: bool = False
+    ) -> "BatchPredictor":
+        """``recalibrate``: the caller calibrates the ensemble again (gnn.model.checkpoint.load)."""
+        ensemble, info = checkpoint.load(path, recalibrate)
         return cls(ensemble, hardware_dir, info)

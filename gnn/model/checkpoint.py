@@ -54,7 +54,14 @@ def save(path: str | Path, ensemble: Ensemble, info: dict) -> None:
     )
 
 
-def load(path: str | Path) -> tuple[Ensemble, dict]:
+# what calibration fits after training (Ensemble.calibrate, gnn.predictors.surrogate.calibrate_ensemble): a model
+# loaded to be calibrated again may lack those its code did not have yet
+CALIBRATION = ("k", "k_domain", "spread_limit", "spread_floor", "keeps_correction", "limits.")
+
+
+def load(path: str | Path, recalibrate: bool = False) -> tuple[Ensemble, dict]:
+    """``recalibrate``: the caller calibrates the model again (make evaluate's cached models), so calibration
+    buffers it lacks keep their defaults; any other missing or unknown weight is still an error."""
     try:
         blob = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
@@ -66,7 +73,10 @@ def load(path: str | Path) -> tuple[Ensemble, dict]:
         raise ValueError(f"{path}: not a plansight model of format {FORMAT}")
     try:
         ensemble = build(json.loads(blob["description"]))
-        ensemble.load_state_dict(blob["state_dict"])
+        missing, unexpected = ensemble.load_state_dict(blob["state_dict"], strict=not recalibrate)
+        stray = [k for k in missing if not k.startswith(CALIBRATION)] + list(unexpected)
+        if stray:
+            raise RuntimeError(f"missing or unexpected weights: {', '.join(stray[:5])}")
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         # a model saved by other code: its features, physics terms or layers are not this code's
         raise ValueError(

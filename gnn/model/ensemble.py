@@ -28,7 +28,7 @@ An interval's half-width in log units is k * (spread + floor), the spread capped
 (beyond it, disagreement says the correction is not to be trusted, which the fallback acts on, not how wide the
 truth may lie), plus the part of the correction the fallback set aside (the disagreement between physics and
 correction), plus a widening per doubling outside the training rows. The point and both ends then lie between the
-plan's floor and ceiling (gnn.model.bounds): never zero, never infinite, never beyond what its physics allows.
+plan's floor and ceiling (gnn.model.intervals.bounds): never zero, never infinite, never beyond what its physics allows.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ import torch
 from torch import nn
 
 from gnn.dataset.packed import Packed, pack
-from gnn.model.bounds import Limits
 from gnn.model.fused import forward_members, fusable, physics_offsets
+from gnn.model.intervals.bounds import Limits
+from gnn.model.intervals.conformal import bounded, factors, fall_back
 
 COVERAGE = 0.8
 # nodes per forward pass: enough to amortise its ~40 tensor ops, few enough that a layer's node states stay in
@@ -49,7 +50,8 @@ COVERAGE = 0.8
 # 1.7 s and 1,024 graphs 3.0 s.
 INFERENCE_NODES = 4096
 AGGREGATES = ("mean", "median")
-SPREAD_FLOOR = 0.01  # log units: members that agree exactly still leave ~1% of doubt
+DEFAULT_AGGREGATE = "median"
+SPREAD_FLOOR = 0.01  # log units: members that agree exactly still leave ~1% of doubt, before calibration
 SPREAD_QUANTILE = 0.99  # of the validation rows' member spread: beyond it a correction counts as out of distribution
 FALLBACK_TARGETS = (0, 1)  # log time, log memory: the targets that fall back toward their physics base
 # below this many validation rows a domain's 80% quantile is one of its few largest scores: its device class's
@@ -71,7 +73,7 @@ class Ensemble(nn.Module):
         members: list[nn.Module],
         coverage: float = COVERAGE,
         class_column: int | None = None,
-        aggregate: str = "mean",
+        aggregate: str = DEFAULT_AGGREGATE,
         domain_names: list[str] | None = None,
         range_names: list[str] | None = None,
     ):
@@ -80,8 +82,9 @@ class Ensemble(nn.Module):
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
         self.members = nn.ModuleList(members)
         self.coverage = coverage
-        # the point prediction from the members' log outputs: their mean, or their median (robust to one member
-        # far off, which happens out of distribution; evaluated beside the mean as gnn_median)
+        # the point prediction from the members' log outputs: their median (the default: robust to one member far
+        # off, which happens out of distribution and even on validation rows: on b200/held_out_gpu's, one of three
+        # members said e^184 times the time of the others on NeMo's 405B runs), or their mean (gnn_mean)
         self.aggregate = aggregate
         self.class_column = class_column  # graph feature that is 1 on CUDA devices (f_cuda): the device class
         self.register_buffer("k", torch.ones(2, 2))  # conformal factor [device class: CPU, CUDA][log time, log memory]
@@ -90,14 +93,20 @@ class Ensemble(nn.Module):
         self.register_buffer("k_domain", torch.full((len(self.domain_names), 2), float("nan")))
         # member spread [device class][log time, log memory] beyond which the correction fades toward the physics base
         self.register_buffer("spread_limit", torch.full((2, 2), float("inf")))
-        # each plan's floor, ceiling and distance from the training rows (gnn.model.bounds), per range domain
+        # the doubt left where members agree, [device class][log time, log memory]: the median error on the
+        # calibration rows (members trained on the same rows agree more than the truth does), at least SPREAD_FLOOR
+        self.register_buffer("spread_floor", torch.full((2, 2), SPREAD_FLOOR))
+        # [beyond the largest scale, beyond the largest model][log time, log memory]: whether the members' correction
+        # is kept there, as nested checks at training found it beat the physics (gnn.predictors.nested)
+        self.register_buffer("keeps_correction", torch.ones(2, 2, dtype=torch.bool))
+        # each plan's floor, ceiling and distance from the training rows (gnn.model.intervals.bounds), per range domain
         self.limits = Limits(_feature_names(members), range_names)
 
     @torch.inference_mode()
     def raw(self, graphs, batch_nodes: int = INFERENCE_NODES) -> tuple[np.ndarray, ...]:
         """[members, n, 3] (every member's log time, log memory, oom logit), each graph's device class (0 CPU,
         1 CUDA), [n, 2] the physics base the members correct (log time, log memory), and [n, m] the flat features
-        the limits read (gnn.model.bounds)."""
+        the limits read (gnn.model.intervals.bounds)."""
         # batches packed directly: a DataLoader costs ~2 ms per call, the whole forward of one small graph
         fused = fusable(self.members)
         if not fused:
@@ -145,8 +154,7 @@ class Ensemble(nn.Module):
     ) -> dict[str, np.ndarray]:
         """Log point predictions and the spreads their intervals scale, and ``set_aside``: per target, how much of
         the members' correction the fallback did not apply (0 where they agree as on the validation rows)."""
-        median = self.aggregate == "median"
-        point, spread = (np.median(raw, 0) if median else raw.mean(0)), raw.std(0)
+        point, spread = self._point_and_spread(raw)
         set_aside = np.zeros((point.shape[0], 2))
         if base is not None and classes is not None:
             limit = self.spread_limit.numpy()[classes]
@@ -155,7 +163,7 @@ class Ensemble(nn.Module):
                 point[:, j] = fall_back(agreed[:, j], spread[:, j], base[:, j], limit[:, j])
                 set_aside[:, j] = np.abs(agreed[:, j] - point[:, j])
             spread = np.concatenate([np.minimum(spread[:, :2], limit), spread[:, 2:]], 1)
-        spread = spread + SPREAD_FLOOR
+        spread = spread[:, :2] + (self.spread_floor.numpy()[classes] if classes is not None else SPREAD_FLOOR)
         return {
             "log_time": point[:, 0],
             "log_mem": point[:, 1],
@@ -189,9 +197,10 @@ class Ensemble(nn.Module):
     def _outputs(
         self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, cols: np.ndarray, domains: list[str] | None = None
     ) -> dict[str, np.ndarray]:
-        s = self.summarize(raw, base, classes)
-        k = self.interval_factors(classes, domains)
         floor, ceiling = self.limits.limits(cols, classes, base[:, 0])
+        s = self.summarize(bounded(raw, floor, ceiling), base, classes)
+        self._physics_beyond(s, base, self.limits.beyond_largest(cols, domains))
+        k = self.interval_factors(classes, domains)
         widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)[:, None]
         out = {"oom_prob": s["oom_prob"]}
         for j, (name, lo, hi, log, spread) in enumerate(TARGETS):
@@ -202,16 +211,26 @@ class Ensemble(nn.Module):
             out[hi] = np.exp(np.clip(point + half, point, ceiling[:, j]))
         return out
 
+    def _physics_beyond(self, s: dict, base: np.ndarray, beyond: np.ndarray) -> None:
+        """Beyond a range where the nested checks found the correction did not carry, the physics base is the
+        point (in ``s``, in place), and the correction set aside widens its interval."""
+        keeps = self.keeps_correction.numpy()
+        for j, log in ((0, "log_time"), (1, "log_mem")):
+            gated = (beyond & ~keeps[:, j]).any(1) & np.isfinite(base[:, j])
+            s["set_aside"][:, j] += np.where(gated, np.abs(s[log] - base[:, j]), 0.0)
+            s[log] = np.where(gated, base[:, j], s[log])
+
     def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray, domains: list[str] | None = None) -> None:
         """Fit, per device class on held-out (validation) graphs with their measured log targets: the spread beyond
         which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
         given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
         raw, classes, base, cols = self.raw(graphs)
-        s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
         self.limits.fit_ceiling(cols, classes, base[:, 0], log_time, log_mem)
+        raw = bounded(raw, *self.limits.limits(cols, classes, base[:, 0]))
+        s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
         names = np.asarray(domains if domains is not None else [], dtype=object)
         kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)
-        own = [np.array(_factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
+        own = [np.array(factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
         # a target the domain's rows never measured (vTrain's A100 rows: memory) keeps its device class's factor
         of_class = [self.k.numpy()[classes[names == d][0]] for d in kept]
         self.domain_names = kept
@@ -219,16 +238,30 @@ class Ensemble(nn.Module):
             np.array([np.where(np.isnan(k), c, k) for k, c in zip(own, of_class)]).reshape(-1, 2), dtype=torch.float32
         )
 
+    def _point_and_spread(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The members' combined log outputs and how far apart they are: median and median absolute deviation
+        (one member far off moves neither), or mean and standard deviation."""
+        if self.aggregate == "median":
+            point = np.median(raw, 0)
+            return point, np.median(np.abs(raw - point), 0)
+        return raw.mean(0), raw.std(0)
+
     def _calibrate_classes(self, raw, classes, base, log_time, log_mem) -> dict[str, np.ndarray]:
         """Spread limits and conformal factors per device class; returns the summary the factors were fitted on."""
-        spread = raw.std(0)
-        limit = np.full((2, 2), np.inf)
+        point, spread = self._point_and_spread(raw)
+        limit, floor = np.full((2, 2), np.inf), np.full((2, 2), SPREAD_FLOOR)
+        truth = np.column_stack([log_time, log_mem])
         for c in (0, 1):
             if (classes == c).any():
                 limit[c] = np.quantile(spread[classes == c, :2], SPREAD_QUANTILE, axis=0)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a target no row of the class measured
+                    typical = np.nanmedian(np.abs(truth - point[:, :2])[classes == c], axis=0)
+                floor[c] = np.fmax(typical, SPREAD_FLOOR)
         self.spread_limit.copy_(torch.tensor(limit, dtype=torch.float32))
+        self.spread_floor.copy_(torch.tensor(floor, dtype=torch.float32))
         s = self.summarize(raw, base, classes)
-        k = np.array([_factors(s, log_time, log_mem, classes == c, self.coverage) for c in (0, 1)])
+        k = np.array([factors(s, log_time, log_mem, classes == c, self.coverage) for c in (0, 1)])
         # a device class without validation rows (or without measured memory) takes the widest factor seen
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no memory measured anywhere
@@ -236,16 +269,6 @@ class Ensemble(nn.Module):
         k = np.where(np.isnan(k), np.where(np.isnan(widest), 1.0, widest), k)
         self.k.copy_(torch.tensor(k, dtype=torch.float32))
         return s
-
-
-def _factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray, coverage: float) -> list[float]:
-    """The conformal factor of log time and of log memory over ``rows`` (NaN where none measured the target)."""
-    k = []
-    for pred, spread, truth in ((s["log_time"], s["time_spread"], log_time), (s["log_mem"], s["mem_spread"], log_mem)):
-        score = (np.abs(truth - pred) / spread)[rows]
-        score = score[np.isfinite(score)]
-        k.append(conformal_quantile(score, coverage) if len(score) else np.nan)
-    return k
 
 
 def _feature_names(members: list[nn.Module]) -> list[str] | None:
@@ -266,24 +289,3 @@ def _batches(sizes: list[int], max_nodes: int) -> list[tuple[int, int]]:
             start, nodes = i, 0
         nodes += n
     return bounds + ([(start, len(sizes))] if start < len(sizes) else [])
-
-
-def fall_back(point: np.ndarray, spread: np.ndarray, base: np.ndarray, limit: np.ndarray) -> np.ndarray:
-    """The physics base plus the members' correction, scaled by min(1, (limit / spread)^2): unchanged while the
-    members agree as well as on the validation rows, fading to the base as they disagree more."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        weight = np.where(spread <= limit, 1.0, (limit / spread) ** 2)  # one member: spread = limit = 0, weight 1
-    ok = np.isfinite(base) & np.isfinite(limit)
-    return np.where(ok, base + (point - base) * weight, point)
-
-
-def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
-    """The finite-sample split-conformal quantile: ceil((n+1) q) / n."""
-    n = len(scores)
-    level = min(1.0, np.ceil((n + 1) * coverage) / n)
-    return float(np.quantile(scores, level, method="higher"))
-
-
-def interval_coverage(lo: np.ndarray, hi: np.ndarray, truth: np.ndarray) -> float | None:
-    ok = np.isfinite(truth)
-    return float(((truth[ok] >= lo[ok]) & (truth[ok] <= hi[ok])).mean()) if ok.any() else None

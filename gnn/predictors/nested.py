@@ -2,7 +2,7 @@
 
 Within a split's training rows, each hardware domain's largest scale (world size) and largest model (parameters)
 are held out in turn; the analytical model (gnn.predictors.baselines) is fitted on the rest of the device class's
-rows and scored on the held-out group, whose distance outside the rest's range (gnn.model.bounds.Limits) is
+rows and scored on the held-out group, whose distance outside the rest's range (gnn.model.intervals.bounds.Limits) is
 known. The growth of the 80th percentile of its log error from inside the range to the held-out group, per
 doubling of distance, is how much an interval widens per doubling (gnn.model.ensemble). The analytical model
 stands in for the network here because it is fitted in milliseconds, so every check is cheap; it is the base the
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnn.model.bounds import Limits
+from gnn.model.intervals.bounds import Limits
 from gnn.predictors.baselines import AnalyticalPredictor
 
 HELD_OUT = ("world_size", "f_log_params")  # the largest scale, the largest model: what a planner extrapolates
@@ -72,3 +72,46 @@ def _quantile(pred: pd.Series, truth: pd.Series) -> float:
 
 def _columns(rows: pd.DataFrame, limits: Limits, names: list[str]) -> np.ndarray:
     return limits.columns(torch.tensor(rows[names].to_numpy(dtype=np.float32)))
+
+
+def correction_gates(ds, parts: dict, fit_member) -> np.ndarray:
+    """[check (scale, size)][target (time, memory)]: whether the network's correction carries beyond the largest
+    scale and the largest model of the training rows. Per check, one member is trained without each domain's
+    largest group (``fit_member(ds, parts)``, gnn.predictors.surrogate.fit) and scored on it against its physics
+    base (time: the fitted analytical model, memory: the simulator): the correction is kept where it beats the
+    base there (median |log error|), else a plan beyond that range is predicted by its physics."""
+    from gnn.model.ensemble import Ensemble  # lazy: the ensemble imports this package's neighbours
+
+    keeps = np.ones((len(HELD_OUT), 2), dtype=bool)
+    meta = ds.meta
+    for c, column in enumerate(HELD_OUT):
+        largest = _largest(meta.loc[parts["train"]], column)
+        if not largest:
+            continue
+        held, val = (_at_largest(meta.loc[parts[k]], column, largest) for k in ("train", "val"))
+        inner = {"train": np.setdiff1d(parts["train"], held), "val": np.setdiff1d(parts["val"], val)}
+        member = fit_member(ds, inner)
+        raw, _, base, _ = Ensemble([member]).raw(ds[torch.as_tensor(held)])
+        truth = np.log(meta.loc[held, ["iter_time_s", "peak_mem_bytes"]].to_numpy(dtype=float))
+        for j in (0, 1):
+            ok = np.isfinite(truth[:, j]) & np.isfinite(base[:, j])
+            if ok.sum() >= MIN_ROWS:
+                gnn, physics = (np.median(np.abs(x[ok] - truth[ok, j])) for x in (raw[0, :, j], base[:, j]))
+                keeps[c, j] = gnn < physics
+    return keeps
+
+
+def _largest(rows: pd.DataFrame, column: str) -> dict[str, float]:
+    """Each domain's largest ``column`` where at least MIN_ROWS rows lie there and MIN_ROWS below."""
+    out = {}
+    for domain, group in rows.groupby("domain"):
+        held = group[column] >= group[column].max() - 1e-9
+        if held.sum() >= MIN_ROWS and (~held).sum() >= MIN_ROWS:
+            out[str(domain)] = float(group[column].max())
+    return out
+
+
+def _at_largest(rows: pd.DataFrame, column: str, largest: dict[str, float]) -> np.ndarray:
+    """Index of the rows at (or beyond) their domain's largest ``column``."""
+    limit = rows["domain"].astype(str).map(largest)
+    return rows.index[(rows[column] >= limit - 1e-9).fillna(False).to_numpy()].to_numpy()

@@ -25,7 +25,7 @@ from gnn.inference.predictor import BatchPredictor
 from gnn.model.ensemble import Ensemble
 from gnn.model.lightning import Surrogate
 from gnn.predictors.base import SIM_COLUMNS, Predictor
-from gnn.predictors.nested import widening
+from gnn.predictors.nested import correction_gates, widening
 
 SELECTION_METRIC = "val_mape"  # time MAPE + memory MAPE on the validation rows
 
@@ -112,14 +112,27 @@ def fit(ds: PlanGraphs, parts: dict, cfg: TrainConfig, callbacks=(), logger=Fals
     return module.eval()
 
 
-def train_ensemble(ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool = True, **trainer_kwargs) -> Ensemble:
-    """cfg.members members with seeds seed, seed+1, ...; intervals calibrated on the validation rows."""
+def train_ensemble(
+    ds: PlanGraphs, parts: dict, cfg: TrainConfig, progress: bool = True, nested_checks: bool = True, **trainer_kwargs
+) -> Ensemble:
+    """cfg.members members with seeds seed, seed+1, ...; intervals calibrated on the validation rows. With
+    ``nested_checks``, a member trained without the largest scale and one without the largest model (two more
+    members' training time) say where the correction carries beyond them (gnn.predictors.nested)."""
     members = []
     for i in tqdm(range(cfg.members), desc="training members", unit="member", disable=not progress):
         members.append(fit(ds, parts, replace(cfg, seed=cfg.seed + i), **trainer_kwargs))
     ensemble = Ensemble(members)
     calibrate_ensemble(ensemble, ds, parts)
+    if nested_checks:
+        gate(ensemble, ds, parts, cfg, **trainer_kwargs)
     return ensemble
+
+
+def gate(ensemble: Ensemble, ds: PlanGraphs, parts: dict, cfg: TrainConfig, **trainer_kwargs) -> None:
+    """Where the correction carries beyond the training rows' largest scale and model (gnn.predictors.nested): one
+    member per check, with the ensemble's first seed."""
+    member = lambda d, p: fit(d, p, replace(cfg, members=1), **trainer_kwargs)  # noqa: E731
+    ensemble.keeps_correction.copy_(torch.from_numpy(correction_gates(ds, parts, member)))
 
 
 def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:

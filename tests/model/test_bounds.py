@@ -1,4 +1,4 @@
-"""The limits of the 80% intervals (gnn.model.bounds): a physics floor, a ceiling, and widening out of range."""
+"""The limits of the 80% intervals (gnn.model.intervals.bounds): a physics floor, a ceiling, widening out of range."""
 
 import copy
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnn.model.bounds import Limits
+from gnn.model.intervals.bounds import Limits
 
 
 def _names(ds) -> list[str]:
@@ -90,3 +90,21 @@ def test_nested_checks_measure_error_growth_beyond_the_largest_scale(vtrain_data
     out = widening(meta, Limits(names), names)
     assert out.shape == (2, 2) and np.isfinite(out).all() and (out >= 0).all()
     assert out[0].sum() == 0  # no CPU rows: nothing measured, nothing widened
+
+
+def test_beyond_a_range_where_the_correction_did_not_carry_the_point_is_the_physics(
+    vtrain_dataset, small_parts, ensemble
+):
+    ens = copy.deepcopy(ensemble)
+    keeps = ens.keeps_correction.numpy()
+    assert keeps.shape == (2, 2) and keeps[:, 1].all()  # vTrain measured no memory: nothing to decide it on
+    idx = small_parts["test"][:8]
+    graphs, domains = vtrain_dataset[torch.as_tensor(idx)], ["a100"] * len(idx)
+    inside = ens.predict(graphs, domains=domains)
+    ens.keeps_correction[0, 0] = False  # time's correction does not carry beyond the largest scale
+    assert np.allclose(ens.predict(graphs, domains=domains)["iter_time_s"], inside["iter_time_s"])  # none beyond
+    ens.limits.ranges[:, 5, 1] = -1.0  # now every plan lies beyond the largest world size (half a GPU)
+    _, classes, base, _ = ens.raw(graphs)
+    beyond = ens.predict(graphs, domains=domains)
+    assert np.allclose(np.log(beyond["iter_time_s"]), base[:, 0], atol=1e-5)  # the fitted analytical model
+    assert (np.log(beyond["iter_time_hi_s"] / beyond["iter_time_lo_s"]) >= 0).all()

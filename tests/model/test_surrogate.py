@@ -171,7 +171,7 @@ class _Constant(mlflow.pyfunc.PythonModel):
 
 
 def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ensemble):
-    from gnn.model.ensemble import interval_coverage
+    from gnn.model.intervals.conformal import interval_coverage
 
     val = vtrain_dataset.meta.loc[small_parts["val"]]
     pred = ensemble.predict(vtrain_dataset[torch.as_tensor(small_parts["val"])])
@@ -179,20 +179,22 @@ def test_intervals_are_calibrated_on_validation(vtrain_dataset, small_parts, ens
     assert 0.8 <= coverage <= 0.9  # conformal: at least the target on the rows it was fitted on, not far above
 
 
-def test_median_aggregation_takes_the_middle_member():
-    from gnn.model.ensemble import Ensemble
+def test_median_aggregation_takes_the_middle_member_and_its_spread_ignores_the_one_far_off():
+    from gnn.model.ensemble import SPREAD_FLOOR, Ensemble
 
     raw = np.array([[[0.0, 1.0, 0.0]], [[0.1, 1.2, 0.0]], [[5.0, 9.0, 0.0]]])  # 3 members, 1 plan; one far off
-    mean, median = Ensemble([]).summarize(raw), Ensemble([], aggregate="median").summarize(raw)
+    mean, median = Ensemble([], aggregate="mean").summarize(raw), Ensemble([]).summarize(raw)
     assert median["log_time"][0] == pytest.approx(0.1) and median["log_mem"][0] == pytest.approx(1.2)
     assert mean["log_time"][0] == pytest.approx(5.1 / 3)
-    assert median["time_spread"][0] == mean["time_spread"][0]  # the interval's width still comes from the spread
+    # the median's spread is the members' median absolute deviation from it: 0.1 (|0 - 0.1|, 0, |5 - 0.1|)
+    assert median["time_spread"][0] == pytest.approx(0.1 + SPREAD_FLOOR)
+    assert mean["time_spread"][0] == pytest.approx(raw[:, 0, 0].std() + SPREAD_FLOOR)
     with pytest.raises(ValueError, match="aggregate"):
         Ensemble([], aggregate="mode")
 
 
 def test_a_prediction_falls_back_to_physics_only_where_members_disagree_beyond_validation():
-    from gnn.model.ensemble import fall_back
+    from gnn.model.intervals.conformal import fall_back
 
     point, base = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, float("nan")])
     spread, limit = np.array([0.05, 0.1, 0.4, 0.4]), np.full(4, 0.1)
@@ -229,7 +231,8 @@ def test_each_hardware_domain_gets_its_own_interval_factor(vtrain_dataset, small
     import copy
 
     from gnn.inference.predictor import BatchPredictor
-    from gnn.model.ensemble import MIN_CALIBRATION_ROWS, interval_coverage
+    from gnn.model.ensemble import MIN_CALIBRATION_ROWS
+    from gnn.model.intervals.conformal import interval_coverage
 
     ens, idx = copy.deepcopy(ensemble), small_parts["val"]
     val, graphs, n = vtrain_dataset.meta.loc[idx], vtrain_dataset[torch.as_tensor(idx)], len(idx)

@@ -58,12 +58,13 @@ RANGED = (
     ("f_log2_tp", False),
     ("f_log2_pp", False),
 )
+WORLD, PARAMS = 5, 0  # RANGED's world size and parameter count: the nested checks' scale and size
 LN2 = math.log(2.0)
 ROUNDING = 1e-3  # doublings: the ranges are stored in float32, a plan on a range's edge is inside it
 
 
 class Limits(nn.Module):
-    """The floor, ceiling and distance of each plan, from its flat features ``u`` (gnn.model.bounds)."""
+    """The floor, ceiling and distance of each plan, from its flat features ``u`` (gnn.model.intervals.bounds)."""
 
     def __init__(self, feature_names: list[str] | None = None, domain_names: list[str] | None = None):
         super().__init__()
@@ -150,6 +151,20 @@ class Limits(nn.Module):
         own = own.reshape(n, len(RANGED), 2)
         beyond = np.maximum(x - own[:, :, 1], 0) + np.maximum(own[:, :, 0] - x, 0)
         return np.where(beyond > ROUNDING, beyond, 0.0).sum(1)
+
+    def beyond_largest(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
+        """[n, 2] whether each plan lies beyond its domain's largest scale (world size) and largest model
+        (parameters) trained on: the nested checks' two ranges (gnn.predictors.nested.correction_gates)."""
+        n = cols.shape[0]
+        if not self.enabled or not self.domain_names:
+            return np.zeros((n, 2), dtype=bool)
+        x, ranges = self._doublings(cols), self.ranges.numpy()
+        index = {name: i for i, name in enumerate(self.domain_names)}
+        hi = np.array(
+            [ranges[index[d], :, 1] if d in index else ranges[:, :, 1].max(0) for d in (domains or [None] * n)]
+        )
+        hi = hi.reshape(n, len(RANGED))
+        return np.stack([x[:, i] > hi[:, i] + ROUNDING for i in (WORLD, PARAMS)], 1)
 
     def _doublings(self, cols: np.ndarray) -> np.ndarray:
         ranged = cols[:, len(COLUMNS) :]

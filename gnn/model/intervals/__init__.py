@@ -1,0 +1,1 @@
+"""The 80% intervals: their limits (bounds) and their calibration (conformal)."""

@@ -1,0 +1,47 @@
+"""Calibrating the ensemble's intervals: split-conformal factors, and how a prediction is held to its physics.
+
+Used by gnn.model.ensemble; the scores are |measured - predicted| / (spread + floor) in log units, per target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray, coverage: float) -> list[float]:
+    """The conformal factor of log time and of log memory over ``rows`` (NaN where none measured the target)."""
+    k = []
+    for pred, spread, truth in ((s["log_time"], s["time_spread"], log_time), (s["log_mem"], s["mem_spread"], log_mem)):
+        score = (np.abs(truth - pred) / spread)[rows]
+        score = score[np.isfinite(score)]
+        k.append(conformal_quantile(score, coverage) if len(score) else np.nan)
+    return k
+
+
+def bounded(raw: np.ndarray, floor: np.ndarray, ceiling: np.ndarray) -> np.ndarray:
+    """Each member's log time and memory held between the plan's floor and ceiling ([n, 2] each): no member may
+    say what the physics rules out, however far its inputs lie from its training rows."""
+    out = raw.copy()
+    out[:, :, :2] = np.clip(raw[:, :, :2], floor[None], ceiling[None])
+    return out
+
+
+def fall_back(point: np.ndarray, spread: np.ndarray, base: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """The physics base plus the members' correction, scaled by min(1, (limit / spread)^2): unchanged while the
+    members agree as well as on the validation rows, fading to the base as they disagree more."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(spread <= limit, 1.0, (limit / spread) ** 2)  # one member: spread = limit = 0, weight 1
+    ok = np.isfinite(base) & np.isfinite(limit)
+    return np.where(ok, base + (point - base) * weight, point)
+
+
+def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
+    """The finite-sample split-conformal quantile: ceil((n+1) q) / n."""
+    n = len(scores)
+    level = min(1.0, np.ceil((n + 1) * coverage) / n)
+    return float(np.quantile(scores, level, method="higher"))
+
+
+def interval_coverage(lo: np.ndarray, hi: np.ndarray, truth: np.ndarray) -> float | None:
+    ok = np.isfinite(truth)
+    return float(((truth[ok] >= lo[ok]) & (truth[ok] <= hi[ok])).mean()) if ok.any() else None
