@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnn.model.ensemble import interval_coverage
+from gnn.model.intervals.conformal import interval_coverage
 from gnn.predictors.metrics import error_stats, oom_stats, ranking_stats
 
 
