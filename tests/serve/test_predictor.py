@@ -2,6 +2,7 @@
 is behind) give exactly what featurising inline gives, in plan order."""
 
 import numpy as np
+import pytest
 import torch
 
 from gnn.costs.hardware import hardware_model
@@ -200,3 +201,15 @@ def outside_of(predictor, spec, domain: str) -> list[str]:
 def test_a_model_saved_without_its_training_range_claims_nothing(predictor):
     bare = BatchPredictor(predictor.ensemble, predictor.hardware_dir, {"name": "old"})
     assert bare.predict_columns(_specs(2), "a100-80gb", workers=0)["extrapolation"] == [None, None]
+
+
+def test_oom_risk_reads_the_memory_interval_as_a_log_normal_error():
+    from gnn.inference.predictor import oom_risk
+
+    point, cap = np.array([50.0, 80.0, 50.0, 90.0, 70.0]), np.full(5, 80.0)
+    hi = np.array([80.0, 100.0, 50.0, 90.0, 79.0])
+    risk = oom_risk(point, hi, cap)
+    assert risk[0] == pytest.approx(0.1)  # the interval's upper end (its 90th percentile) at capacity
+    assert risk[1] == pytest.approx(0.5)  # the point at capacity
+    assert risk[2] == 0.0 and risk[3] == 1.0  # no spread: fits or not
+    assert risk[4] < 0.1
