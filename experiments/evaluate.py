@@ -174,6 +174,10 @@ def _floor_record(predictor: str, floor: pd.DataFrame, domain: str, split: str, 
     }
 
 
+FULL_COLUMNS = ("n", "mape", "mdape", "gmae", "bias", "p90", "max", "coverage", "accuracy", "precision", "recall")
+FULL_COLUMNS += ("kendall_tau", "top1_success", "regret")
+
+
 def table(records: list[dict]) -> str:
     df = pd.DataFrame(records)
     errors = df[df.target.isin(["time", "memory"])]
@@ -199,26 +203,7 @@ def table(records: list[dict]) -> str:
     ]
     gnn = df[df.predictor == "gnn"]
     if len(gnn):
-        cols = [
-            c
-            for c in (
-                "n",
-                "mape",
-                "mdape",
-                "gmae",
-                "bias",
-                "p90",
-                "max",
-                "coverage",
-                "accuracy",
-                "precision",
-                "recall",
-                "kendall_tau",
-                "top1_success",
-                "regret",
-            )
-            if c in gnn
-        ]
+        cols = [c for c in FULL_COLUMNS if c in gnn]
         lines += [
             "",
             "GNN in full (coverage: share of measurements inside the 80% interval)",
