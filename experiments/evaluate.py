@@ -111,8 +111,9 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
     else:
         nested = cfg.members > 1 and split in NESTED_SPLITS
         ensemble = train_ensemble(ds, parts, cfg, progress=False, nested_checks=nested)
-    gates.parent.mkdir(parents=True, exist_ok=True)
-    gates.write_text(json.dumps(ensemble.keeps_correction.tolist()))
+    if split in NESTED_SPLITS and len(ensemble.members) > 1:  # only verdicts the checks gave, not the defaults
+        gates.parent.mkdir(parents=True, exist_ok=True)
+        gates.write_text(json.dumps(ensemble.keeps_correction.tolist()))
     CACHE.mkdir(parents=True, exist_ok=True)
     # the model is kept: experiments/search_proof.py searches with the model that never saw the held-out shape
     info = {"split": split, "config": asdict(cfg), "trained_range": training_range(ds.meta.loc[parts["train"]])}

@@ -140,31 +140,27 @@ class Limits(nn.Module):
     def distance(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
         """Doublings outside each plan's domain's training range, summed over the RANGED quantities; a domain never
         trained on is measured against the union of the ranges trained on."""
-        n = cols.shape[0]
         if not self.enabled or not self.domain_names:
-            return np.zeros(n)
-        x = self._doublings(cols)
-        ranges = self.ranges.numpy()
-        union = np.stack([ranges[:, :, 0].min(0), ranges[:, :, 1].max(0)], 1)
-        index = {name: i for i, name in enumerate(self.domain_names)}
-        own = np.array([ranges[index[d]] if d in index else union for d in (domains or [None] * n)])
-        own = own.reshape(n, len(RANGED), 2)
+            return np.zeros(cols.shape[0])
+        x, own = self._doublings(cols), self._own_ranges(domains, cols.shape[0])
         beyond = np.maximum(x - own[:, :, 1], 0) + np.maximum(own[:, :, 0] - x, 0)
         return np.where(beyond > ROUNDING, beyond, 0.0).sum(1)
 
     def beyond_largest(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
         """[n, 2] whether each plan lies beyond its domain's largest scale (world size) and largest model
         (parameters) trained on: the nested checks' two ranges (gnn.predictors.nested.correction_gates)."""
-        n = cols.shape[0]
         if not self.enabled or not self.domain_names:
-            return np.zeros((n, 2), dtype=bool)
-        x, ranges = self._doublings(cols), self.ranges.numpy()
-        index = {name: i for i, name in enumerate(self.domain_names)}
-        hi = np.array(
-            [ranges[index[d], :, 1] if d in index else ranges[:, :, 1].max(0) for d in (domains or [None] * n)]
-        )
-        hi = hi.reshape(n, len(RANGED))
+            return np.zeros((cols.shape[0], 2), dtype=bool)
+        x, hi = self._doublings(cols), self._own_ranges(domains, cols.shape[0])[:, :, 1]
         return np.stack([x[:, i] > hi[:, i] + ROUNDING for i in (WORLD, PARAMS)], 1)
+
+    def _own_ranges(self, domains: list[str] | None, n: int) -> np.ndarray:
+        """[n, quantity, lo/hi] each plan's domain's range, or the union of all for a domain never trained on."""
+        ranges = self.ranges.numpy()
+        union = np.stack([ranges[:, :, 0].min(0), ranges[:, :, 1].max(0)], 1)
+        index = {name: i for i, name in enumerate(self.domain_names)}
+        own = np.array([ranges[index[d]] if d in index else union for d in (domains or [None] * n)])
+        return own.reshape(n, len(RANGED), 2)
 
     def _doublings(self, cols: np.ndarray) -> np.ndarray:
         ranged = cols[:, len(COLUMNS) :]
