@@ -3,7 +3,8 @@
 Rows of one plan (repeats) always fall on the same side: assignment hashes the
 run id. Test sets: random 15%; the largest model shape; the largest world
 size; whole strategy families (interleaved 1F1B, full FSDP); the moe model
-family (trained on gpt and llama only); on the A100 rows, the largest hidden size, the largest layer counts and
+family (trained on gpt and llama only); each sitting of the CPU machine's fixed plan set (trained on the others);
+on the A100 rows, the largest hidden size, the largest layer counts and
 the largest scale; on other GPUs (H100), the largest model and the largest world size; a GPU never trained on
 (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a split of its own, from a model trained on
 every row of the nearest GPU: H100, and A100 for V100). Validation is a 15% hash-slice of what is not test.
@@ -54,6 +55,17 @@ def _gpu_tests(d: pd.DataFrame) -> dict[str, pd.Series]:
     return tests
 
 
+SITTING_PREFIX = "cpu-sitting-"  # sweeps of collect/sweeps/cpu-sittings.yaml, one per sitting of the machine
+
+
+def sitting_tests(d: pd.DataFrame) -> dict[str, pd.Series]:
+    """``held_out_sitting-<tag>``: one sitting of the fixed plan set held out, trained on every other row (the same
+    plans' other sittings among them): what a new sitting of a machine the model knows does to its times."""
+    sweeps = d["sweep_id"].fillna("") if "sweep_id" in d else pd.Series("", index=d.index)
+    tags = sorted(s for s in sweeps.unique() if s.startswith(SITTING_PREFIX))
+    return {f"held_out_sitting-{tag.removeprefix(SITTING_PREFIX)}": sweeps == tag for tag in tags}
+
+
 def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     """{"cpu/random": {"train": idx, "val": idx, "test": idx}, ...}; indices into meta."""
     splits = {}
@@ -71,6 +83,7 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
             tests["held_out_fsdp_full"] = d["sharding"] == "fsdp_full"
             if d["family"].eq("moe").any():  # a family never seen in training: mixture-of-experts
                 tests["held_out_moe"] = d["family"] == "moe"
+            tests |= sitting_tests(d)
         elif domain == "a100":
             tests["held_out_hidden"] = d["hidden"] == d["hidden"].max()
             tests["held_out_layers"] = d["layers"] >= sorted(d["layers"].unique())[-2]
