@@ -99,9 +99,30 @@ def load_runs(paths) -> pd.DataFrame:
     frames = [ResultStore(p).load() for p in paths]  # Parquet plus rows still in a sweep's journal
     df = pd.concat(frames, ignore_index=True)
     df = df[df["status"].isin(["ok", "oom"]) & ~df["is_reference"].fillna(False).astype(bool)]
-    df = df[df["iter_time_s"].notna()].reset_index(drop=True)
+    df = drop_superseded(df[df["iter_time_s"].notna()]).reset_index(drop=True)
     df["domain"] = [domain_of(device, kind) for device, kind in zip(df["device"], df["device_kind"])]
     return df
+
+
+CURRENT_CPU_METHOD = "counting-allocator"  # the CPU protocol of cpu-v3 on (data/README.md)
+
+
+def plan_key(spec: RunSpec) -> str:
+    """A plan's id whatever the capacity it was given: a capacity only decides the oom label of a measured peak."""
+    cluster = spec.cluster.model_copy(update={"memory_bytes": 1})
+    return RunSpec.model_construct(workload=spec.workload, plan=spec.plan, cluster=cluster).run_id
+
+
+def drop_superseded(df: pd.DataFrame) -> pd.DataFrame:
+    """CPU rows of an older protocol (noisier times, peaks read by older methods) whose plan the current protocol
+    measured again: the new rows are learned from, the old ones stay in data/runs for the record."""
+    cpu = (df["device"] == "cpu").to_numpy()
+    if not cpu.any():
+        return df
+    keys = pd.Series([plan_key(row_to_spec(row)[0]) if c else "" for row, c in zip(df.to_dict("records"), cpu)])
+    current = cpu & (df["peak_mem_method"] == CURRENT_CPU_METHOD).to_numpy()
+    superseded = cpu & ~current & keys.isin(set(keys[current])).to_numpy()
+    return df[~superseded]
 
 
 def domain_of(device: str | None, device_kind: str | None) -> str:
