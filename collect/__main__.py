@@ -1,9 +1,10 @@
 """plansight collection from the shell.
 
     python -m collect measure SPEC.json [--allow-oom]  # one plan, prints its row as JSON
-    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N] [--allow-oom]
+    python -m collect sweep collect/sweeps/default.yaml [--out data/runs] [--limit N] [--name ID] [--allow-oom]
     python -m gnn.acquire collect/sweeps/active-cpu.yaml  # sampler: active (a surrogate chooses the plans)
     python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
+    python -m collect probe [--k 3] [--model URI]         # fingerprint + K probe plans: collect.probe
     python -m collect workload --hf-config config.json --seq-len 4096 --micro-batch-size 1 --global-batch-size 256
 
 SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -35,6 +37,7 @@ from collect.launch.torchrun import fingerprint_on_ranks, init_torchrun, run_und
 from collect.measure import cpu_alloc
 from collect.measure.fits import refuse_unfit
 from collect.measure.plan import MeasureSettings
+from collect.probe import DEFAULT_K, default_name, job_gpus, probe_spec
 from collect.schema import RunSpec, Workload
 from collect.schema.hf import hf_fields
 from collect.sweep import SweepSpec
@@ -60,6 +63,8 @@ def cmd_measure(args) -> None:
 
 def cmd_sweep(args) -> None:
     spec = SweepSpec.from_yaml(args.sweep)
+    if args.name:  # one spec, measured again under another id: a sitting of the same plans on another day
+        spec = spec.model_copy(update={"name": args.name})
     if spec.sampler == "active":
         raise InputError(
             f"error: {args.sweep}: sampler: active chooses plans with a surrogate model, which collect does not "
@@ -74,6 +79,24 @@ def cmd_sweep(args) -> None:
         limit=args.limit, remeasure_memory=args.remeasure_memory, allow_oom=args.allow_oom
     )
     print(f"{spec.name}: {counts}")
+
+
+def cmd_probe(args) -> None:
+    name = args.name or default_name()
+    if under_torchrun():  # a GPU job: the probe's plans at its world size, on its own GPUs
+        spec = probe_spec(args.k, name, gpus=job_gpus(args.device_kind))
+        counts = run_under_torchrun(spec, args.out, hardware_dir=args.hardware)
+    else:
+        spec = probe_spec(args.k, name)
+        counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run()
+    if counts is None:  # not rank 0
+        return
+    print(f"{name}: {counts}; rows in {Path(args.out) / name}.parquet")
+    follow = [sys.executable, "-m", "serve", "probe", name, "--runs", args.out, "--hardware", args.hardware]
+    if args.model:  # collect cannot import the model's package (collect -> gnn -> serve): the service reports it
+        subprocess.run([*follow, "--model", args.model], check=False)
+    else:
+        print(f"predict with it: python -m serve predict SPEC.json --probe {name}")
 
 
 def cmd_fingerprint(args) -> None:
@@ -123,6 +146,9 @@ def main(argv=None) -> None:
     s.add_argument("--hardware", default="data/hardware")
     s.add_argument("--limit", type=int, default=None, help="measure at most N more plans")
     s.add_argument(
+        "--name", default=None, help="the sweep's id instead of the YAML's name (results go to OUT/NAME.parquet)"
+    )
+    s.add_argument(
         "--remeasure-memory",
         action="store_true",
         help="measure again the stored plans whose CPU peak an older accounting overstated "
@@ -130,6 +156,14 @@ def main(argv=None) -> None:
     )
     s.add_argument("--allow-oom", action="store_true", help=ALLOW_OOM_HELP)
     s.set_defaults(fn=cmd_sweep)
+    p = sub.add_parser("probe", help="measure the probe's few reference plans on this machine (about two minutes)")
+    p.add_argument("--k", type=int, default=DEFAULT_K, help=f"probe plans to run (default {DEFAULT_K})")
+    p.add_argument("--name", default=None, help="the probe's id (default probe-<UTC time>): OUT/NAME.parquet")
+    p.add_argument("--model", default=None, help="a model URI: report how the probe corrects its predictions")
+    p.add_argument("--device-kind", default="cuda", help="under torchrun: the GPU kind the rows name (e.g. h100)")
+    p.add_argument("--out", default="data/runs")
+    p.add_argument("--hardware", default="data/hardware")
+    p.set_defaults(fn=cmd_probe)
     f = sub.add_parser("fingerprint", help="measure this machine's fingerprint (compute, blocks, collectives)")
     f.add_argument(
         "--world-sizes",

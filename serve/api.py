@@ -12,8 +12,11 @@ import numpy as np
 
 from collect.schema import RunSpec
 from gnn.inference.predictor import POINT_COLUMNS, BatchPredictor
+from gnn.inference.probe import MachineCorrection, fit_correction, load_probe, probe_path
 from gnn.tracking.model_cache import load_model
 from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
+
+PROBE_CACHE = 16  # probes' corrections kept per predictor
 
 
 def load_predictor(source: str) -> BatchPredictor:
@@ -26,15 +29,32 @@ def decode_request(request: PredictRequest) -> tuple[list[RunSpec], str]:
     return request.specs(), request.cluster.hardware_name()
 
 
-def encode_response(predictor: BatchPredictor, columns: dict[str, np.ndarray]) -> PredictResponse:
-    return PredictResponse(model=model_summary(predictor), predictions=predictions(columns))
+def encode_response(
+    predictor: BatchPredictor, columns: dict[str, np.ndarray], correction: MachineCorrection | None = None
+) -> PredictResponse:
+    probe = correction.summary() if correction else None
+    return PredictResponse(model=model_summary(predictor), predictions=predictions(columns), probe=probe)
 
 
 def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None) -> PredictResponse:
-    """A request answered: decode, predict (the batched path, gnn.inference), encode. ``should_stop``: asked
-    between chunks (BatchPredictor.predict_columns)."""
+    """A request answered: decode, predict (the batched path, gnn.inference), correct by the request's probe if
+    it names one, encode. ``should_stop``: asked between chunks (BatchPredictor.predict_columns)."""
     specs, hardware = decode_request(request)
-    return encode_response(predictor, predictor.predict_columns(specs, hardware, should_stop=should_stop))
+    columns = predictor.predict_columns(specs, hardware, should_stop=should_stop)
+    correction = probe_correction(predictor, request.probe) if request.probe else None
+    return encode_response(predictor, correction.apply(columns) if correction else columns, correction)
+
+
+def probe_correction(predictor: BatchPredictor, name: str) -> MachineCorrection:
+    """A probe's correction for this predictor, fitted once per probe file's state (a probe may still be growing)."""
+    path = probe_path(name)
+    key = (name, path.stat().st_mtime_ns if path.exists() else 0)
+    cache = predictor.__dict__.setdefault("probe_corrections", {})
+    if key not in cache:
+        if len(cache) >= PROBE_CACHE:
+            cache.pop(next(iter(cache)))
+        cache[key] = fit_correction(predictor, load_probe(name), name)
+    return cache[key]
 
 
 def predictions(columns: dict[str, np.ndarray]) -> list[PlanPrediction]:

@@ -1,6 +1,7 @@
 """The shell front end of a prediction: read a request file, validate it, print the predictions as JSON.
 
-    python -m serve predict SPEC.json [--model URI]     -> {"model": ..., "predictions": [...]} on stdout
+    python -m serve predict SPEC.json [--model URI] [--probe NAME]  -> {"model": ..., "predictions": [...]} on stdout
+    python -m serve probe NAME [--model URI]                         -> what a probe's runs correct (collect.probe)
 
 Bad input exits 2 with one line per problem (RequestError); serve.search.cli reads its files the same way.
 """
@@ -16,8 +17,11 @@ from pydantic import BaseModel
 
 from collect.hardware.records import UnknownHardware
 from collect.inputs import InputError, load_model
+from gnn.inference.probe import RUNS_DIR, fit_correction, load_probe, probe_path
 from serve.api import load_predictor, predict
 from serve.schemas import PredictRequest
+
+DEFAULT_MODEL = os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion")
 
 
 class RequestError(SystemExit):
@@ -40,15 +44,51 @@ def main(argv: list[str] | None = None) -> None:
     """python -m serve predict SPEC.json [--model URI]"""
     parser = argparse.ArgumentParser(prog="python -m serve predict")
     parser.add_argument("spec", help='SPEC.json: {"workload": {...}, "cluster": {...}, "plans": [{...}, ...]}')
-    parser.add_argument("--model", default=os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion"))
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--probe", default=None, help="a probe measured on the machine (python -m collect probe)")
     args = parser.parse_args(argv)
     request = load_request(args.spec, PredictRequest)
-    try:
-        predictor = load_predictor(args.model)
-    except ValueError as e:
-        raise RequestError(f"error: {e}") from None
+    if args.probe is not None:
+        try:
+            probe_path(args.probe)
+        except ValueError as e:
+            raise RequestError(f"error: --probe: {e}") from None
+        request = request.model_copy(update={"probe": args.probe})
+    predictor = _predictor(args.model)
     try:
         response = predict(predictor, request)
     except UnknownHardware as e:
         raise RequestError(f"error: {args.spec}: cluster: {e}") from None
     print(json.dumps(response.model_dump(mode="json"), indent=1))
+
+
+def probe_main(argv: list[str] | None = None) -> None:
+    """python -m serve probe NAME [--model URI]: each probe run predicted and measured, and the correction."""
+    parser = argparse.ArgumentParser(prog="python -m serve probe")
+    parser.add_argument("name", help="the probe's name (python -m collect probe prints it)")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--runs", default=RUNS_DIR, help="where the probe's rows are")
+    parser.add_argument("--hardware", default=None, help="where its fingerprint is (default: the model's own)")
+    args = parser.parse_args(argv)
+    try:
+        rows = load_probe(args.name, args.runs)
+    except ValueError as e:
+        raise RequestError(f"error: {e}") from None
+    predictor = _predictor(args.model)
+    if args.hardware:
+        predictor.hardware_dir = args.hardware
+    predicted = predictor.predict_rows(rows)["iter_time_s"].to_numpy()
+    correction = fit_correction(predictor, rows, args.name)
+    for (_, row), p in zip(rows.iterrows(), predicted):
+        plan = f"{row['family']} ws{row['world_size']} dp{row['dp']} tp{row['tp']} pp{row['pp']} {row['sharding']}"
+        print(f"  {plan:<40} measured {row['iter_time_s']:.4g} s, predicted {p:.4g} s ({row['iter_time_s'] / p:.2f}x)")
+    c = correction
+    print(f"{args.name}: {c.runs} runs on {rows['fingerprint_id'].iloc[0]}: times x {c.factor:.3f} "
+          f"(log sd {c.sd:.3f}); predict with --probe {args.name}")  # fmt: skip
+
+
+def _predictor(model: str):
+    try:
+        return load_predictor(model)
+    except ValueError as e:
+        raise RequestError(f"error: {e}") from None

@@ -80,8 +80,10 @@ class Client:
     def model(self) -> dict:
         return self._call("GET", "/model")
 
-    def predict(self, workload: dict, cluster: dict, plans: list[dict]) -> dict:
-        return self._call("POST", "/predict", {"workload": workload, "cluster": cluster, "plans": plans})
+    def predict(self, workload: dict, cluster: dict, plans: list[dict], probe: str | None = None) -> dict:
+        """``probe``: a probe measured on the machine (python -m collect probe), to correct the times by."""
+        body = {"workload": workload, "cluster": cluster, "plans": plans} | ({"probe": probe} if probe else {})
+        return self._call("POST", "/predict", body)
 
     def search(self, workload: dict, cluster: dict, **options) -> dict:
         return self._call("POST", "/search", {"workload": workload, "cluster": cluster, **options})

@@ -16,6 +16,7 @@ from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 from collect.schema.choices import Float8, Framework
 from gnn.inference.cost import over_budget, request_cost
+from gnn.inference.probe import probe_path
 
 MAX_PLANS = 10_000  # per request: a search batch
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
@@ -129,10 +130,15 @@ class PredictRequest(_Request):
     workload: Workload
     cluster: ClusterSpec
     plans: list[Plan] = Field(min_length=1, max_length=MAX_PLANS)
+    probe: str | None = Field(default=None, max_length=100)
+    """Name of a probe measured on this machine (`python -m collect probe` prints it; its rows in data/runs): the
+    times are corrected by what its runs showed, and their intervals widened by how sure that correction is."""
 
     @model_validator(mode="after")
     def _check(self) -> "PredictRequest":
         _check_workload(self.workload, self.cluster)
+        if self.probe is not None:
+            probe_path(self.probe)  # ValueError naming the probe field
         cluster = self.cluster.cluster()
         problems = [
             f"plans[{i}]: {msg}"
@@ -177,6 +183,8 @@ class PlanPrediction(BaseModel):
 class PredictResponse(BaseModel):
     model: dict
     predictions: list[PlanPrediction]
+    probe: dict | None = None
+    """The probe's correction, when the request named one: its runs, the time factor applied and its log sd."""
 
 
 class SearchRequest(_Request):

@@ -57,6 +57,9 @@ def save(path: str | Path, ensemble: Ensemble, info: dict) -> None:
 # what calibration fits after training (Ensemble.calibrate, gnn.predictors.surrogate.calibrate_ensemble): a model
 # loaded to be calibrated again may lack those its code did not have yet
 CALIBRATION = ("k", "k_domain", "spread_limit", "spread_floor", "keeps_correction", "limits.")
+# buffers a model trained before them may lack, read at their defaults: a model without a sittings prior takes a
+# probe's runs at their own mean (gnn.inference.probe)
+OPTIONAL = ("machine_shift",)
 
 
 def load(path: str | Path, recalibrate: bool = False) -> tuple[Ensemble, dict]:
@@ -73,8 +76,9 @@ def load(path: str | Path, recalibrate: bool = False) -> tuple[Ensemble, dict]:
         raise ValueError(f"{path}: not a plansight model of format {FORMAT}")
     try:
         ensemble = build(json.loads(blob["description"]))
-        missing, unexpected = ensemble.load_state_dict(blob["state_dict"], strict=not recalibrate)
-        stray = [k for k in missing if not k.startswith(CALIBRATION)] + list(unexpected)
+        missing, unexpected = ensemble.load_state_dict(blob["state_dict"], strict=False)
+        lacking = [k for k in missing if not k.startswith(OPTIONAL)]
+        stray = [k for k in lacking if not (recalibrate and k.startswith(CALIBRATION))] + list(unexpected)
         if stray:
             raise RuntimeError(f"missing or unexpected weights: {', '.join(stray[:5])}")
     except (KeyError, TypeError, ValueError, RuntimeError) as e:

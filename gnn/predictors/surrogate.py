@@ -22,6 +22,7 @@ from tqdm import tqdm
 from gnn.dataset.features import NODE_FEATURES, PHYSICS_NODE_FEATURES
 from gnn.dataset.graphs import PlanGraphs
 from gnn.inference.predictor import BatchPredictor
+from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
 from gnn.model.lightning import Surrogate
 from gnn.predictors.base import SIM_COLUMNS, Predictor
@@ -146,6 +147,7 @@ def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
         limits.columns(torch.tensor(train[names].to_numpy(dtype=np.float32))), train["domain"].astype(str).tolist()
     )
     limits.widen.copy_(torch.tensor(widening(train, limits, names), dtype=torch.float32))
+    ensemble.machine_shift.copy_(torch.from_numpy(shift_prior(train)))
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(
         ds[torch.as_tensor(parts["val"])],
