@@ -80,8 +80,9 @@ def probe_main(argv: list[str] | None = None) -> None:
     predicted = predictor.predict_rows(rows)["iter_time_s"].to_numpy()
     correction = fit_correction(predictor, rows, args.name)
     for (_, row), p in zip(rows.iterrows(), predicted):
-        plan = f"{row['family']} ws{row['world_size']} dp{row['dp']} tp{row['tp']} pp{row['pp']} {row['sharding']}"
-        print(f"  {plan:<40} measured {row['iter_time_s']:.4g} s, predicted {p:.4g} s ({row['iter_time_s'] / p:.2f}x)")
+        plan = (f"{row['family']} ws{row['world_size']} dp{row['dp']} tp{row['tp']} pp{row['pp']} {row['sharding']} "
+                f"mbs{row['micro_batch_size']} x{row['num_microbatches']} {row['recompute']}")  # fmt: skip
+        print(f"  {plan:<56} measured {row['iter_time_s']:.4g} s, predicted {p:.4g} s ({row['iter_time_s'] / p:.2f}x)")
     c = correction
     print(f"{args.name}: {c.runs} runs on {rows['fingerprint_id'].iloc[0]}: times x {c.factor:.3f} "
           f"(log sd {c.sd:.3f}); predict with --probe {args.name}")  # fmt: skip
