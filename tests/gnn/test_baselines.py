@@ -61,6 +61,62 @@ def test_the_moe_family_is_held_out_whole_and_only_where_there_is_one():
     assert "cpu/held_out_moe" not in named_splits(meta[meta.family != "moe"].reset_index(drop=True))
 
 
+def test_each_sitting_is_held_out_in_turn_and_trained_on_the_others():
+    n = 60
+    sweeps = ["cpu-v3", "cpu-sitting-20261126-a", "cpu-sitting-20261126-b"]
+    meta = pd.DataFrame(
+        {
+            "run_id": [f"run{i % 20}" for i in range(n)],  # the same 20 plans in every sweep
+            "domain": "cpu",
+            "family": "gpt",
+            "num_params": 1,
+            "world_size": 1,
+            "pp_schedule": None,
+            "sharding": "none",
+            "sweep_id": [sweeps[i // 20] for i in range(n)],
+        }
+    )
+    splits = named_splits(meta)
+    for tag in ("20261126-a", "20261126-b"):
+        parts = splits[f"cpu/held_out_sitting-{tag}"]
+        assert set(meta.loc[parts["test"], "sweep_id"]) == {f"cpu-sitting-{tag}"} and len(parts["test"]) == 20
+        trained = meta.loc[np.concatenate([parts["train"], parts["val"]])]
+        assert f"cpu-sitting-{tag}" not in set(trained["sweep_id"]) and len(trained) == 40
+    assert "cpu/held_out_sitting-v3" not in splits
+
+
+def test_a_plan_measured_again_with_the_current_protocol_replaces_its_old_rows():
+    from collect.schema import RunSpec
+    from gnn.dataset.rows import drop_superseded, plan_key
+
+    base = {"family": "gpt", "layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 512,
+            "micro_batch_size": 1, "global_batch_size": 2, "dtype": "float32", "dp": 2, "tp": 1, "pp": 1,
+            "num_microbatches": 1, "nodes": 1, "devices_per_node": 2, "device": "cpu", "device_kind": "cpu",
+            "backend": "gloo"}  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {**base, "memory_bytes": 2**23, "peak_mem_method": "profiler-events+worker-frees", "sweep_id": "old"},
+            {**base, "memory_bytes": 2**30, "peak_mem_method": "profiler-events+worker-frees", "sweep_id": "old"},
+            {**base, "memory_bytes": 2**34, "peak_mem_method": "counting-allocator", "sweep_id": "new"},
+            {
+                **base,
+                "dp": 1,
+                "devices_per_node": 1,
+                "global_batch_size": 1,
+                "memory_bytes": 2**30,
+                "peak_mem_method": "profiler-events+worker-frees",
+                "sweep_id": "old",
+            },  # fmt: skip
+        ]
+    )
+    kept = drop_superseded(rows)
+    assert kept["sweep_id"].tolist() == ["new", "old"] and kept.iloc[1]["dp"] == 1  # a plan not measured again stays
+    specs = [RunSpec.model_validate({"workload": {**{k: base[k] for k in ("layers", "hidden", "heads", "seq_len",
+             "vocab", "micro_batch_size", "global_batch_size", "dtype")}}, "plan": {"dp": 2}, "cluster": {
+             "devices_per_node": 2, "memory_bytes": m}}) for m in (2**23, 2**34)]  # fmt: skip
+    assert specs[0].run_id != specs[1].run_id and plan_key(specs[0]) == plan_key(specs[1])
+
+
 def test_a_gpu_never_measured_is_only_a_test_of_a_model_trained_on_the_h100_rows():
     n = 40
     meta = pd.DataFrame(
