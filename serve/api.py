@@ -30,9 +30,12 @@ def decode_request(request: PredictRequest) -> tuple[list[RunSpec], str]:
 
 
 def encode_response(
-    predictor: BatchPredictor, columns: dict[str, np.ndarray], correction: MachineCorrection | None = None
+    predictor: BatchPredictor,
+    columns: dict[str, np.ndarray],
+    correction: MachineCorrection | None = None,
+    world_size: int = 1,
 ) -> PredictResponse:
-    probe = correction.summary() if correction else None
+    probe = correction.summary(world_size) if correction else None
     return PredictResponse(model=model_summary(predictor), predictions=predictions(columns), probe=probe)
 
 
@@ -41,8 +44,10 @@ def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None
     it names one, encode. ``should_stop``: asked between chunks (BatchPredictor.predict_columns)."""
     specs, hardware = decode_request(request)
     columns = predictor.predict_columns(specs, hardware, should_stop=should_stop)
-    correction = probe_correction(predictor, request.probe) if request.probe else None
-    return encode_response(predictor, correction.apply(columns) if correction else columns, correction)
+    if not request.probe:
+        return encode_response(predictor, columns)
+    correction, world_size = probe_correction(predictor, request.probe), request.cluster.world_size
+    return encode_response(predictor, correction.apply(columns, world_size), correction, world_size)
 
 
 def probe_correction(predictor: BatchPredictor, name: str) -> MachineCorrection:

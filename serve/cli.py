@@ -83,9 +83,11 @@ def probe_main(argv: list[str] | None = None) -> None:
         plan = (f"{row['family']} ws{row['world_size']} dp{row['dp']} tp{row['tp']} pp{row['pp']} {row['sharding']} "
                 f"mbs{row['micro_batch_size']} x{row['num_microbatches']} {row['recompute']}")  # fmt: skip
         print(f"  {plan:<56} measured {row['iter_time_s']:.4g} s, predicted {p:.4g} s ({row['iter_time_s'] / p:.2f}x)")
-    c = correction
-    print(f"{args.name}: {c.runs} runs on {rows['fingerprint_id'].iloc[0]}: times x {c.factor:.3f} "
-          f"(log sd {c.sd:.3f}); predict with --probe {args.name}")  # fmt: skip
+    print(f"{args.name}: {correction.runs} runs on {rows['fingerprint_id'].iloc[0]}; times x factor (log sd):")
+    for ws in sorted(set(rows["world_size"].astype(int))):
+        s = correction.summary(ws)
+        print(f"  world size {ws}: x {s['time_factor']:.3f} ({s['log_sd']:.3f})")
+    print(f"predict with --probe {args.name}")
 
 
 def _predictor(model: str):

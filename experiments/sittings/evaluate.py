@@ -73,8 +73,9 @@ def sitting_records(predictor: BatchPredictor, rows: pd.DataFrame, base: dict, p
         extra = {"probe_runs": k, "floor_mean": floor["mean_rel_dev"], "floor_median": floor["median_rel_dev"]}
         if k:
             correction = fit_correction(predictor, probe_rows.head(k), f"probe{k}")
-            columns = correction.apply(columns)
-            extra |= {"time_factor": correction.factor, "log_sd": correction.sd}
+            columns = correction.apply(columns, test["world_size"].to_numpy())
+            shift, sd = correction.shift(test["world_size"].to_numpy())
+            extra |= {"time_factor": float(np.exp(np.median(shift))), "log_sd": float(np.median(sd))}
         pred = pd.DataFrame({PRED_COLUMNS[c]: v for c, v in columns.items()}, index=test.index)
         records += [r | extra for r in score(test, pred, {**base, "probe_runs": k})]
     return records

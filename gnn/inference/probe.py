@@ -1,15 +1,17 @@
 """A machine's correction from its probe runs (collect.probe): what its fingerprint did not carry, without retraining.
 
-A probe run's residual r = log(measured time / predicted time) is the machine's common shift plus the run's own
-deviation (a sitting moves plans unevenly, and the model errs per plan). With a normal prior on the shift, of sd
-tau (how far sittings of the training machine moved from each other, at the same fingerprint-carried prices),
-and a per-run deviation of sd sigma, the shift's posterior after n runs is
+A probe run's residual r = log(measured time / predicted time) is the machine's common shift, plus a shift of its
+world size's (a sitting moves one rank alone, two ranks sharing the cores and four oversubscribing them by
+different amounts), plus the run's own deviation (plans move unevenly, and the model errs per plan). As a Gaussian
+process over runs, covariance tau^2 (any two runs) + tau_ws^2 (runs of one world size) + sigma^2 (a run with
+itself), the shift at a plan's world size w after the runs r has
 
-    mean = sum(r) / (n + lam),   sd = sigma / sqrt(n + lam),   lam = (sigma / tau)^2
+    mean = k_w' K^-1 r,   var = tau^2 + tau_ws^2 - k_w' K^-1 k_w,   k_w = tau^2 + tau_ws^2 [ws_i = w]
 
-so one run moves a prediction part of the way and ten nearly all of it, and the 80% intervals widen by the
-posterior's sd, which shrinks as runs are added. tau and sigma are learned at training (shift_prior, stored in
-the ensemble's ``machine_shift``); memory is left alone (sittings do not move it: data/README.md, Sittings).
+so one run moves a prediction part of the way and ten nearly all of it, a world size the probe ran moves more
+than one it did not, and the 80% intervals widen by the shift's posterior sd, which narrows as runs are added.
+tau, tau_ws and sigma are learned at training from sittings of one machine (shift_prior, stored in the ensemble's
+``machine_shift``); memory is left alone (sittings do not move it: data/README.md, Sittings).
 """
 
 from __future__ import annotations
@@ -28,45 +30,57 @@ Z_UPPER = 1.2815515655446004  # the standard normal's 90th percentile: an 80% in
 PROBE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RUNS_DIR = "data/runs"  # where collect stores sweeps, probes among them
 MIN_SITTINGS, MIN_SHARED_PLANS = 3, 10  # what shift_prior needs to say anything
+VAGUE_TAU = 1.0  # a model without a sittings prior: a machine may be e times faster or slower, the runs decide
 
 
 @dataclass(frozen=True)
 class MachineCorrection:
-    """The log-time shift a probe found, its posterior sd, and how many runs it rests on."""
+    """A probe's runs (their log residuals and world sizes) under a prior (tau, tau_ws, sigma)."""
 
-    shift: float
-    sd: float
-    runs: int
+    residuals: tuple[float, ...]
+    world_sizes: tuple[int, ...]
+    prior: tuple[float, float, float]
     probe: str = ""
 
-    @classmethod
-    def fit(cls, residuals: np.ndarray, tau: float, sigma: float, probe: str = "") -> "MachineCorrection":
-        r = np.asarray(residuals, dtype=float)
-        r = r[np.isfinite(r)]
-        lam = (sigma / tau) ** 2 if math.isfinite(tau) and tau > 0 else 0.0  # no prior: the runs' own mean
-        if len(r) + lam == 0:
-            return cls(0.0, float("inf"), 0, probe)
-        return cls(float(r.sum() / (len(r) + lam)), float(sigma / math.sqrt(len(r) + lam)), len(r), probe)
-
     @property
-    def factor(self) -> float:
-        return math.exp(self.shift)
+    def runs(self) -> int:
+        return len(self.residuals)
 
-    def apply(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The time point moved by the shift; each side of its interval widened by the shift's own doubt."""
+    def _prior(self) -> tuple[float, float, float]:
+        tau, tau_ws, sigma = self.prior
+        return (tau if math.isfinite(tau) else VAGUE_TAU, tau_ws if math.isfinite(tau_ws) else 0.0, sigma)
+
+    def shift(self, world_sizes) -> tuple[np.ndarray, np.ndarray]:
+        """(posterior mean, posterior sd) of the log-time shift at each of ``world_sizes``."""
+        w = np.asarray(world_sizes).reshape(-1)
+        tau, tau_ws, sigma = self._prior()
+        if not self.runs:
+            return np.zeros(len(w)), np.full(len(w), math.hypot(tau, tau_ws))
+        ws, r = np.asarray(self.world_sizes), np.asarray(self.residuals, dtype=float)
+        K = tau**2 + tau_ws**2 * (ws[:, None] == ws[None, :]) + sigma**2 * np.eye(len(ws))
+        k = tau**2 + tau_ws**2 * (w[:, None] == ws[None, :])  # [targets, runs]
+        solved = np.linalg.solve(K, k.T)  # [runs, targets]
+        var = tau**2 + tau_ws**2 - np.einsum("tr,rt->t", k, solved)
+        return solved.T @ r, np.sqrt(np.maximum(var, 0.0))
+
+    def apply(self, columns: dict[str, np.ndarray], world_sizes) -> dict[str, np.ndarray]:
+        """The time point moved by its world size's shift; each side of its interval widened by the shift's doubt."""
         out = dict(columns)
         t, lo, hi = (np.asarray(columns[k], dtype=float) for k in ("iter_time_s", "iter_time_lo_s", "iter_time_hi_s"))
-        doubt = (Z_UPPER * self.sd) ** 2 if math.isfinite(self.sd) else 0.0
+        mean, sd = self.shift(np.broadcast_to(np.asarray(world_sizes), t.shape))
+        doubt = (Z_UPPER * sd) ** 2
         with np.errstate(divide="ignore", invalid="ignore"):
             below, above = np.log(t / lo), np.log(hi / t)
-        point = t * self.factor
+        point = t * np.exp(mean)
         out["iter_time_s"] = point
         out["iter_time_lo_s"] = point * np.exp(-np.sqrt(below**2 + doubt))
         out["iter_time_hi_s"] = point * np.exp(np.sqrt(above**2 + doubt))
         return out
 
-    def summary(self) -> dict:
-        return {"probe": self.probe, "runs": self.runs, "time_factor": self.factor, "log_sd": self.sd}
+    def summary(self, world_size: int) -> dict:
+        """What a response says of the correction at its cluster's world size."""
+        mean, sd = self.shift([world_size])
+        return {"probe": self.probe, "runs": self.runs, "time_factor": float(np.exp(mean[0])), "log_sd": float(sd[0])}
 
 
 def probe_path(name: str, runs_dir: str | Path = RUNS_DIR) -> Path:
@@ -90,24 +104,27 @@ def load_probe(name: str, runs_dir: str | Path = RUNS_DIR) -> pd.DataFrame:
 
 
 def shift_prior(meta: pd.DataFrame) -> np.ndarray:
-    """[device class: CPU, CUDA][tau, sigma] from training rows: plans measured in several sittings (fingerprints)
-    of one machine. A plan's shift in a sitting is its log time there less its mean over sittings; tau is the sd of
-    the sittings' median shifts, sigma the robust sd of plans around their sitting's median. NaN where no machine
-    has MIN_SITTINGS sittings sharing MIN_SHARED_PLANS plans (the GPU rows: one sitting per source)."""
-    out = np.full((2, 2), np.nan)
+    """[device class: CPU, CUDA][tau, tau_ws, sigma] from training rows: plans measured in several sittings
+    (fingerprints) of one machine. A plan's shift in a sitting is its log time there less its mean over sittings;
+    tau is the sd of the sittings' median shifts, tau_ws that of their world sizes' medians about them, sigma the
+    robust sd of plans about their (sitting, world size) median. NaN where no machine has MIN_SITTINGS sittings
+    sharing MIN_SHARED_PLANS plans (the GPU rows: one sitting per source)."""
+    out = np.full((2, 3), np.nan)
     ok = meta[(meta["status"] == "ok") & meta["fingerprint_id"].notna()]
     for cls, rows in ok.groupby(ok["device"] == "cuda"):
-        per = rows.groupby(["run_id", "fingerprint_id"])["iter_time_s"].median().map(math.log).rename("x")
-        per = per.reset_index()
+        per = rows.groupby(["run_id", "fingerprint_id", "world_size"])["iter_time_s"].median().map(math.log)
+        per = per.rename("x").reset_index()
         per = per[per.groupby("run_id")["fingerprint_id"].transform("nunique") >= 2]
         per["shift"] = per["x"] - per.groupby("run_id")["x"].transform("mean")
         counts = per.groupby("fingerprint_id").size()
         per = per[per["fingerprint_id"].isin(counts[counts >= MIN_SHARED_PLANS].index)]
         if per["fingerprint_id"].nunique() < MIN_SITTINGS:
             continue
-        sitting = per.groupby("fingerprint_id")["shift"].transform("median")
-        medians = per.groupby("fingerprint_id")["shift"].median()
-        out[int(cls)] = (float(medians.std(ddof=1)), float(1.4826 * (per["shift"] - sitting).abs().median()))
+        sitting = per.groupby("fingerprint_id")["shift"].median()
+        cell = per.groupby(["fingerprint_id", "world_size"])["shift"].median()
+        by_ws = cell - sitting.reindex(cell.index.get_level_values(0)).to_numpy()
+        around = per["shift"] - per.groupby(["fingerprint_id", "world_size"])["shift"].transform("median")
+        out[int(cls)] = (float(sitting.std(ddof=1)), float(by_ws.std(ddof=1)), float(1.4826 * around.abs().median()))
     return out
 
 
@@ -116,11 +133,13 @@ def fit_correction(predictor, rows: pd.DataFrame, probe: str = "") -> MachineCor
     predictions of them, against what they measured, under the prior it learned at training."""
     predicted = predictor.predict_rows(rows)["iter_time_s"].to_numpy(dtype=float)
     residuals = np.log(rows["iter_time_s"].to_numpy(dtype=float) / predicted)
+    keep = np.isfinite(residuals)
     cls = int((rows["device"] == "cuda").any())
     ensemble = predictor.ensemble
-    tau, plan_sd = (float(v) for v in ensemble.machine_shift[cls])
-    # a run's deviation from the common shift: how unevenly sittings move plans, and the model's own error on a
-    # plan (the calibration rows' median absolute error, as a normal's sd)
+    tau, tau_ws, plan_sd = (float(v) for v in ensemble.machine_shift[cls])
+    # a run's own deviation: how unevenly sittings move plans, and the model's own error on a plan (the
+    # calibration rows' median absolute error, as a normal's sd)
     model_sd = 1.4826 * float(ensemble.spread_floor[cls, 0])
     sigma = math.hypot(plan_sd if math.isfinite(plan_sd) else 0.0, model_sd)
-    return MachineCorrection.fit(residuals, tau, sigma, probe)
+    world_sizes = rows["world_size"].to_numpy(dtype=int)[keep]
+    return MachineCorrection(tuple(residuals[keep].tolist()), tuple(world_sizes.tolist()), (tau, tau_ws, sigma), probe)

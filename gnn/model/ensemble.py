@@ -99,9 +99,10 @@ class Ensemble(nn.Module):
         # [beyond the largest scale, beyond the largest model][log time, log memory]: whether the members' correction
         # is kept there, as nested checks at training found it beat the physics (gnn.predictors.nested)
         self.register_buffer("keeps_correction", torch.ones(2, 2, dtype=torch.bool))
-        # [device class][tau, sigma]: how far sittings of one machine moved its times (log units), common and per
-        # plan, the prior a probe's correction starts from (gnn.inference.probe); NaN where the data had no sittings
-        self.register_buffer("machine_shift", torch.full((2, 2), float("nan")))
+        # [device class][tau, tau_ws, sigma]: how far sittings of one machine moved its times (log units): all plans,
+        # a world size's, and each plan's own; the prior a probe's correction starts from (gnn.inference.probe); NaN
+        # where the data had no sittings
+        self.register_buffer("machine_shift", torch.full((2, 3), float("nan")))
         # each plan's floor, ceiling and distance from the training rows (gnn.model.intervals.bounds), per range domain
         self.limits = Limits(_feature_names(members), range_names)
 

@@ -19,30 +19,43 @@ COLUMNS = {
 }
 
 
+def _fit(residuals, world_sizes, prior=(0.1, 0.0, 0.1)) -> MachineCorrection:
+    return MachineCorrection(tuple(np.log(residuals)), tuple(world_sizes), prior)
+
+
 def test_more_runs_move_further_and_doubt_less():
-    r = np.log([1.2, 1.2, 1.2, 1.2, 1.2, 1.2, 1.2, 1.2, 1.2, 1.2])
-    one, three, ten = (MachineCorrection.fit(r[:n], tau=0.1, sigma=0.1) for n in (1, 3, 10))
-    assert 0 < one.shift < three.shift < ten.shift < math.log(1.2)
-    assert one.sd > three.sd > ten.sd
-    assert ten.shift == pytest.approx(math.log(1.2) * 10 / 11)  # lam = (sigma / tau)^2 = 1
-    assert ten.sd == pytest.approx(0.1 / math.sqrt(11))
+    one, three, ten = (_fit([1.2] * n, [1] * n) for n in (1, 3, 10))
+    (m1, s1), (m3, s3), (m10, s10) = (c.shift([1]) for c in (one, three, ten))
+    assert 0 < m1[0] < m3[0] < m10[0] < math.log(1.2)
+    assert s1[0] > s3[0] > s10[0]
+    # one shared shift, tau = sigma: the runs' mean shrunk by n / (n + 1), its sd sigma / sqrt(n + 1)
+    assert m10[0] == pytest.approx(math.log(1.2) * 10 / 11) and s10[0] == pytest.approx(0.1 / math.sqrt(11))
 
 
-def test_without_a_prior_the_runs_mean_is_taken():
-    c = MachineCorrection.fit(np.log([1.1, 1.3]), tau=float("nan"), sigma=0.2)
-    assert c.factor == pytest.approx(math.exp(np.log([1.1, 1.3]).mean()))
-    assert MachineCorrection.fit(np.array([]), tau=float("nan"), sigma=0.2).runs == 0
+def test_a_world_size_the_probe_ran_moves_more_than_one_it_did_not():
+    c = _fit([1.5, 1.0, 1.0], [1, 2, 4], prior=(0.1, 0.2, 0.05))
+    mean, sd = c.shift([1, 2, 8])
+    assert mean[0] > mean[1] and mean[0] > mean[2] > 0  # the ws-1 run's shift is its own; ws 8 gets the common part
+    assert sd[2] > sd[0]
+
+
+def test_without_a_prior_the_runs_decide():
+    c = _fit([1.1, 1.3], [2, 2], prior=(float("nan"), float("nan"), 0.01))
+    assert math.exp(c.shift([2])[0][0]) == pytest.approx(math.exp(np.log([1.1, 1.3]).mean()), rel=1e-3)
+    none = MachineCorrection((), (), (float("nan"), float("nan"), 0.2))
+    assert none.runs == 0 and none.shift([4])[0][0] == 0
 
 
 def test_apply_moves_the_point_and_widens_both_sides():
-    c = MachineCorrection(shift=math.log(1.5), sd=0.2, runs=3)
-    out = c.apply(COLUMNS)
-    assert out["iter_time_s"] == pytest.approx(COLUMNS["iter_time_s"] * 1.5)
+    c = _fit([1.5] * 10, [2] * 10, prior=(1.0, 0.0, 0.01))
+    out = c.apply(COLUMNS, 2)
+    assert out["iter_time_s"] == pytest.approx(COLUMNS["iter_time_s"] * 1.5, rel=1e-3)
     below = np.log(out["iter_time_s"] / out["iter_time_lo_s"])
     above = np.log(out["iter_time_hi_s"] / out["iter_time_s"])
     assert np.all(below > np.log(COLUMNS["iter_time_s"] / COLUMNS["iter_time_lo_s"]))
     assert np.all(above > np.log(COLUMNS["iter_time_hi_s"] / COLUMNS["iter_time_s"]))
     assert COLUMNS["iter_time_s"][0] == 1.0  # the caller's columns are left as they were
+    assert c.summary(2)["runs"] == 10 and c.summary(2)["time_factor"] == pytest.approx(1.5, rel=1e-3)
 
 
 def _sittings(shifts: dict[str, float], plans: int = 12, seed: int = 0) -> pd.DataFrame:
@@ -50,16 +63,17 @@ def _sittings(shifts: dict[str, float], plans: int = 12, seed: int = 0) -> pd.Da
     rows = []
     for fingerprint, shift in shifts.items():
         for p in range(plans):
-            t = (1 + p) * math.exp(shift + rng.normal(0, 0.05))
+            t = (1 + p) * math.exp(shift + (0.1 if fingerprint == "b" and p % 2 else 0) + rng.normal(0, 0.05))
             rows.append({"run_id": f"plan{p}", "fingerprint_id": fingerprint, "iter_time_s": t, "status": "ok",
-                         "device": "cpu"})  # fmt: skip
+                         "device": "cpu", "world_size": 1 + p % 2})  # fmt: skip
     return pd.DataFrame(rows)
 
 
 def test_shift_prior_reads_how_far_sittings_moved():
     prior = shift_prior(_sittings({"a": 0.0, "b": 0.2, "c": -0.2}))
-    tau, sigma = prior[0]
-    assert 0.1 < tau < 0.3  # the sittings' medians: 0, +0.2, -0.2 about their mean
+    tau, tau_ws, sigma = prior[0]
+    assert 0.1 < tau < 0.3  # the sittings' medians: about 0, +0.25, -0.2
+    assert 0.01 < tau_ws < 0.1  # sitting b moved its world size 2 plans 0.1 more
     assert 0.02 < sigma < 0.1  # the plans' own scatter, 0.05
     assert np.isnan(prior[1]).all()  # no GPU sittings
 
