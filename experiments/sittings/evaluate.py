@@ -8,6 +8,9 @@ the same rows, beside the sitting's own noise floor (its repeats). The champion 
 existed, when it loads, is scored on the same rows as the "before".
 
     python -m experiments.sittings.evaluate [--members 3]   # experiments/results/sittings_eval.{json,txt}
+    python -m experiments.sittings.evaluate --model URI --sweeps SWEEP... --probe PROBE --out judged.json
+                                        # any model on a sitting of one's own (plans it never saw, the probe
+                                        # taken in that sitting: python -m collect probe)
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from collect.report import noise_floor
 from collect.sweep import SweepSpec
 from experiments.evaluate import model_path
 from gnn.dataset.graphs import PlanGraphs
+from gnn.dataset.rows import load_runs
 from gnn.dataset.splits import named_splits
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
-from gnn.inference.probe import fit_correction
+from gnn.inference.probe import fit_correction, load_probe
 from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, train_ensemble
 from gnn.tracking.model_cache import load_model
 from gnn.tracking.scoring import score
@@ -60,17 +64,24 @@ def fold_predictor(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig) ->
     return predictor
 
 
-def sitting_records(predictor: BatchPredictor, rows: pd.DataFrame, base: dict, probes: list[str]) -> list[dict]:
-    """Scores of one sitting's rows (the probe's plans left out) with each K of PROBES, and its noise floor."""
-    test = rows[~rows["run_id"].isin(probes)]
+def probe_rows_of(rows: pd.DataFrame, probes: list[str]) -> pd.DataFrame:
+    """A sitting's own measurements of the probe's plans (the first of each), in the probe's order."""
     measured = rows[rows["run_id"].isin(probes)].drop_duplicates("run_id").set_index("run_id")
-    probe_rows = measured.loc[[p for p in probes if p in measured.index]].reset_index()
+    return measured.loc[[p for p in probes if p in measured.index]].reset_index()
+
+
+def sitting_records(
+    predictor: BatchPredictor, test: pd.DataFrame, probe_rows: pd.DataFrame, base: dict, floor_rows: pd.DataFrame
+) -> list[dict]:
+    """Scores of ``test`` with the first K probe rows for each K of PROBES (as many as there are), beside the
+    noise floor of ``floor_rows`` (the sitting's repeats)."""
     raw = predictor.predict_rows(test)
-    floor = noise_floor(rows).set_index("subset").loc["all"]
+    floor = noise_floor(floor_rows).set_index("subset")
+    floor = floor.loc["all"] if "all" in floor.index and floor.loc["all", "groups"] else {}
     records = []
-    for k in PROBES:
+    for k in [k for k in PROBES if k <= len(probe_rows)]:
         columns = {c: raw[c].to_numpy() for c in PRED_COLUMNS}
-        extra = {"probe_runs": k, "floor_mean": floor["mean_rel_dev"], "floor_median": floor["median_rel_dev"]}
+        extra = {"floor_mean": floor.get("mean_rel_dev"), "floor_median": floor.get("median_rel_dev")}
         if k:
             correction = fit_correction(predictor, probe_rows.head(k), f"probe{k}")
             columns = correction.apply(columns, test["world_size"].to_numpy())
@@ -81,14 +92,24 @@ def sitting_records(predictor: BatchPredictor, rows: pd.DataFrame, base: dict, p
     return records
 
 
-def before_records(model: str, rows: pd.DataFrame, base: dict, probes: list[str]) -> list[dict]:
-    """The served champion as it was, on the same rows, without a probe (when it loads)."""
+def judge(model: str, sweeps: list[str], probe: str | None) -> list[dict]:
+    """Score a model on sweeps measured in one sitting (plans it may never have seen), with the probe taken in the
+    same sitting: what anyone checking the claim runs, e.g. on a fresh sitting of their own."""
+    predictor = load_model(model)
+    rows = load_runs([REPO / "data" / "runs" / f"{s}.parquet" for s in sweeps])
+    rows = rows[rows["status"] == "ok"]
+    probe_rows = load_probe(probe) if probe else rows.iloc[:0]
+    base = {"domain": "cpu", "split": "+".join(sweeps), "predictor": "gnn"}
+    return sitting_records(predictor, rows, probe_rows, base, rows)
+
+
+def before_records(model: str, test: pd.DataFrame, base: dict) -> list[dict]:
+    """The served model as it was before sittings existed, on the same rows, without a probe (when it loads)."""
     try:
         predictor = load_model(model)
-    except Exception as e:  # noqa: BLE001 - an old or absent champion only loses the "before" column
+    except Exception as e:  # noqa: BLE001 - an old or absent model only loses the "before" column
         print(f"before: {model}: {e}")
         return []
-    test = rows[~rows["run_id"].isin(probes)]
     raw = predictor.predict_rows(test)
     pred = pd.DataFrame({PRED_COLUMNS[c]: raw[c].to_numpy() for c in PRED_COLUMNS}, index=test.index)
     return [r | {"probe_runs": 0} for r in score(test, pred, {**base, "predictor": "before", "probe_runs": 0})]
@@ -120,7 +141,14 @@ def main() -> None:
         help="a model URI or predictor.pt to score as the 'before' (e.g. models:/plansight@champion)",
     )
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--model", default=None, help="judge this model (URI or .pt) on --sweeps instead")
+    parser.add_argument("--sweeps", nargs="*", default=[], help="with --model: sweeps of one sitting to score")
+    parser.add_argument("--probe", default=None, help="with --model: the probe taken in that sitting")
     args = parser.parse_args()
+    if args.model:
+        if not args.sweeps:
+            parser.error("--model needs --sweeps: the sitting's sweeps in data/runs")
+        return report(judge(args.model, args.sweeps, args.probe), Path(args.out))
     ds = PlanGraphs()
     splits = {s: p for s, p in named_splits(ds.meta).items() if s.startswith("cpu/held_out_sitting")}
     if not splits:
@@ -133,10 +161,14 @@ def main() -> None:
         rows = ds.meta.loc[parts["test"]]
         base = {"domain": "cpu", "split": split.split("/", 1)[1]}
         predictor = fold_predictor(ds, split, parts, cfg)
-        records += sitting_records(predictor, rows, {**base, "predictor": "gnn"}, probes)
+        test = rows[~rows["run_id"].isin(probes)]  # every K scored on the same rows
+        records += sitting_records(predictor, test, probe_rows_of(rows, probes), {**base, "predictor": "gnn"}, rows)
         if args.before:
-            records += before_records(args.before, rows, base, probes)
-    out = Path(args.out)
+            records += before_records(args.before, test, base)
+    report(records, Path(args.out))
+
+
+def report(records: list[dict], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1, default=float))
     text = table(records)

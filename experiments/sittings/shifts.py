@@ -85,6 +85,24 @@ def fingerprint_summary(fingerprint_id: str, hardware: Path = Path("data/hardwar
     return out
 
 
+def block_buckets(fingerprint_ids: list[str], hardware: Path = Path("data/hardware")) -> pd.DataFrame:
+    """Each fingerprint's block profile against the mean of them all, per quartile of block time: the fixed cost
+    of a block (dispatch, autograd) moves its smallest points, the machine's throughput its largest."""
+    times = {}
+    for fid in fingerprint_ids:
+        rec = json.loads((hardware / f"{fid}.json").read_text())
+        times[fid] = {
+            f"{p['block']}|{p['variant']}|{p['hidden']}|{p['seq_len']}|{p['batch']}": p["forward_s"] + p["backward_s"]
+            for p in rec.get("blocks", [])
+            if p.get("kind") == "block"
+        }
+    table = pd.DataFrame(times).dropna()
+    logs = np.log(table)
+    logs = logs.sub(logs.mean(axis=1), axis=0)
+    quartile = pd.qcut(table.mean(axis=1), 4, labels=["smallest", "small", "large", "largest"])
+    return logs.groupby(quartile, observed=True).median().T
+
+
 def main() -> None:
     rows = sitting_rows()
     per = shifts(rows)
@@ -100,11 +118,16 @@ def main() -> None:
     ).T
     finger = np.log(finger.astype(float) / finger.astype(float).mean())  # log over the sittings' mean
     floor = repeat_floor(rows)
+    cpu = sorted(p.stem for p in Path("data/hardware").glob("vm-*.json") if p.stem >= "vm-20261124")
+    cpu = [f for f in cpu if json.loads(Path(f"data/hardware/{f}.json").read_text()).get("device") == "cpu"]
+    buckets = block_buckets(cpu)
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
         print("log shifts per sitting (median over plans; spread = median |shift - sitting median|)")
         print(table.join(by_ws.add_prefix("ws")).join(by_family))
         print("\nfingerprint, log of each sitting's value over the sittings' mean")
         print(finger.T)
+        print("\nblock profile of each CPU fingerprint, log over their mean, by quartile of block time")
+        print(buckets)
         print("\nrepeat noise floor per sitting (time)")
         print(floor)
     OUT.parent.mkdir(parents=True, exist_ok=True)
