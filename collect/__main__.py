@@ -87,7 +87,7 @@ def cmd_probe(args) -> None:
         spec = probe_spec(args.k, name, gpus=job_gpus(args.device_kind))
         counts = run_under_torchrun(spec, args.out, hardware_dir=args.hardware)
     else:
-        spec = probe_spec(args.k, name)
+        spec = probe_spec(args.k, name).model_copy(update={"profile_blocks": not args.no_block_profile})
         counts = SweepRunner(spec, out_dir=args.out, hardware_dir=args.hardware).run()
     if counts is None:  # not rank 0
         return
@@ -163,6 +163,11 @@ def main(argv=None) -> None:
     p.add_argument("--device-kind", default="cuda", help="under torchrun: the GPU kind the rows name (e.g. h100)")
     p.add_argument("--out", default="data/runs")
     p.add_argument("--hardware", default="data/hardware")
+    p.add_argument(
+        "--no-block-profile",
+        action="store_true",
+        help="skip the fingerprint's block profile (~1 min; the project's tests): the model prices compute from it",
+    )
     p.set_defaults(fn=cmd_probe)
     f = sub.add_parser("fingerprint", help="measure this machine's fingerprint (compute, blocks, collectives)")
     f.add_argument(

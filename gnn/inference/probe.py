@@ -96,8 +96,8 @@ def probe_path(name: str, runs_dir: str | Path = RUNS_DIR) -> Path:
 def load_probe(name: str, runs_dir: str | Path = RUNS_DIR) -> pd.DataFrame:
     """The measured rows of a probe (collect.probe's NAME, in runs_dir)."""
     rows = ResultStore(probe_path(name, runs_dir)).load()
-    ok = (rows["status"] == "ok") & ~rows["is_reference"].fillna(False).astype(bool) if len(rows) else []
-    rows = rows[ok] if len(rows) else rows
+    if len(rows):  # the world sizes' reference plans are measured too, as in every sweep: not the probe's own
+        rows = rows[(rows["status"] == "ok") & ~rows["is_reference"].fillna(False).astype(bool)]
     if not len(rows):
         raise ValueError(f"probe: {name!r} holds no run that finished (status ok)")
     return rows

@@ -81,3 +81,37 @@ def test_without_a_compiler_rows_say_how_their_peak_was_read(tmp_path):
     row = json.loads(proc.stdout)
     assert row["status"] == "ok" and row["peak_mem_method"] == CPU_FALLBACK_METHOD
     assert row["peak_mem_bytes"] > 0
+
+
+def test_a_probe_measures_its_plans_with_a_fresh_fingerprint_and_names_itself(tmp_path):
+    """`python -m collect probe`: a fingerprint, then the first K probe plans, stored as a sweep named by --name."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collect",
+            "probe",
+            "--k",
+            "1",
+            "--name",
+            "probe-test",
+            "--out",
+            str(tmp_path),
+            "--hardware",
+            str(tmp_path),
+            "--no-block-profile",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--probe probe-test" in out.stdout
+    from gnn.inference.probe import load_probe
+
+    rows = load_probe("probe-test", tmp_path)
+    assert len(rows) == 1 and rows["status"].eq("ok").all() and rows["world_size"].iloc[0] == 1
+    assert (tmp_path / f"{rows['fingerprint_id'].iloc[0]}.json").exists()
+    bad = subprocess.run([sys.executable, "-m", "collect", "probe", "--k", "11", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "--k 11" in bad.stderr
