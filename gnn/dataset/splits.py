@@ -60,10 +60,12 @@ SITTING_PREFIX = "cpu-sitting-"  # sweeps of collect/sweeps/cpu-sittings.yaml, o
 
 def sitting_tests(d: pd.DataFrame) -> dict[str, pd.Series]:
     """``held_out_sitting-<tag>``: one sitting of the fixed plan set held out, trained on every other row (the same
-    plans' other sittings among them): what a new sitting of a machine the model knows does to its times."""
+    plans' other sittings among them): what a new sitting of a machine the model knows does to its times. Sweeps
+    run back to back in one sitting (``<tag>``, ``<tag>2``: fresh processes, minutes apart) are held out together."""
     sweeps = d["sweep_id"].fillna("") if "sweep_id" in d else pd.Series("", index=d.index)
-    tags = sorted(s for s in sweeps.unique() if s.startswith(SITTING_PREFIX))
-    return {f"held_out_sitting-{tag.removeprefix(SITTING_PREFIX)}": sweeps == tag for tag in tags}
+    tag = sweeps.str.removeprefix(SITTING_PREFIX).str.replace(r"\d+$", "", regex=True)
+    tags = sorted(set(tag[sweeps.str.startswith(SITTING_PREFIX)]))
+    return {f"held_out_sitting-{t}": sweeps.str.startswith(SITTING_PREFIX) & (tag == t) for t in tags}
 
 
 def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:

@@ -63,7 +63,8 @@ def test_the_moe_family_is_held_out_whole_and_only_where_there_is_one():
 
 def test_each_sitting_is_held_out_in_turn_and_trained_on_the_others():
     n = 60
-    sweeps = ["cpu-v3", "cpu-sitting-20261126-a", "cpu-sitting-20261126-b"]
+    sweeps = ["cpu-v3", "cpu-sitting-20261126-a", "cpu-sitting-20261126-b", "cpu-sitting-20261126-b2"]
+    n = 80
     meta = pd.DataFrame(
         {
             "run_id": [f"run{i % 20}" for i in range(n)],  # the same 20 plans in every sweep
@@ -77,12 +78,14 @@ def test_each_sitting_is_held_out_in_turn_and_trained_on_the_others():
         }
     )
     splits = named_splits(meta)
-    for tag in ("20261126-a", "20261126-b"):
+    for tag, held in (("20261126-a", {"a"}), ("20261126-b", {"b", "b2"})):  # b2: b's sitting, run again at once
         parts = splits[f"cpu/held_out_sitting-{tag}"]
-        assert set(meta.loc[parts["test"], "sweep_id"]) == {f"cpu-sitting-{tag}"} and len(parts["test"]) == 20
+        held = {f"cpu-sitting-20261126-{h}" for h in held}
+        assert set(meta.loc[parts["test"], "sweep_id"]) == held and len(parts["test"]) == 20 * len(held)
         trained = meta.loc[np.concatenate([parts["train"], parts["val"]])]
-        assert f"cpu-sitting-{tag}" not in set(trained["sweep_id"]) and len(trained) == 40
-    assert "cpu/held_out_sitting-v3" not in splits
+        assert not held & set(trained["sweep_id"]) and len(trained) == n - 20 * len(held)
+    sittings = sorted(s for s in splits if "sitting" in s)
+    assert sittings == ["cpu/held_out_sitting-20261126-a", "cpu/held_out_sitting-20261126-b"]  # not cpu-v3
 
 
 def test_a_plan_measured_again_with_the_current_protocol_replaces_its_old_rows():
