@@ -162,7 +162,8 @@ def main() -> None:
         base = {"domain": "cpu", "split": split.split("/", 1)[1]}
         predictor = fold_predictor(ds, split, parts, cfg)
         test = rows[~rows["run_id"].isin(probes)]  # every K scored on the same rows
-        records += sitting_records(predictor, test, probe_rows_of(rows, probes), {**base, "predictor": "gnn"}, rows)
+        first = rows[rows["sweep_id"] == rows["sweep_id"].min()]  # the sitting's first sweep: its probe and repeats
+        records += sitting_records(predictor, test, probe_rows_of(first, probes), {**base, "predictor": "gnn"}, first)
         if args.before:
             records += before_records(args.before, test, base)
     report(records, Path(args.out))
