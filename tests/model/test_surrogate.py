@@ -97,8 +97,8 @@ def test_a_saved_model_is_weights_and_loading_runs_no_code_from_the_file(ensembl
     blob = torch.load(path, weights_only=True)
     assert set(blob) == {"format", "description", "info", "state_dict"} and isinstance(blob["description"], str)
     loaded = BatchPredictor.load(path)
-    for key, value in ensemble.state_dict().items():
-        assert torch.equal(loaded.ensemble.state_dict()[key], value), key
+    for key, value in ensemble.state_dict().items():  # NaN where a buffer says "unknown" (machine_shift, no sittings)
+        torch.testing.assert_close(loaded.ensemble.state_dict()[key], value, rtol=0, atol=0, equal_nan=True, msg=key)
 
     class Payload:  # what a hostile model file would carry
         def __reduce__(self):
