@@ -29,6 +29,7 @@ from collect.store import ResultStore
 Z_UPPER = 1.2815515655446004  # the standard normal's 90th percentile: an 80% interval's half-width in sds
 PROBE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RUNS_DIR = "data/runs"  # where collect stores sweeps, probes among them
+MAX_PROBE_RUNS = 32  # a probe is a few plans: naming a whole sweep would make one request predict thousands
 MIN_SITTINGS, MIN_SHARED_PLANS = 3, 10  # what shift_prior needs to say anything
 VAGUE_TAU = 1.0  # a model without a sittings prior: a machine may be e times faster or slower, the runs decide
 
@@ -100,6 +101,8 @@ def load_probe(name: str, runs_dir: str | Path = RUNS_DIR) -> pd.DataFrame:
         rows = rows[(rows["status"] == "ok") & ~rows["is_reference"].fillna(False).astype(bool)]
     if not len(rows):
         raise ValueError(f"probe: {name!r} holds no run that finished (status ok)")
+    if len(rows) > MAX_PROBE_RUNS:
+        raise ValueError(f"probe: {name!r} holds {len(rows)} runs, more than a probe's {MAX_PROBE_RUNS}: not a probe")
     return rows
 
 

@@ -87,6 +87,8 @@ def test_probe_names_are_checked_and_must_exist(tmp_path):
         probe_path("../etc/passwd", tmp_path)
     with pytest.raises(ValueError, match="probe: no runs named 'missing'"):
         load_probe("missing", tmp_path)
+    with pytest.raises(ValueError, match="more than a probe's 32"):
+        load_probe("cpu-v4")  # a whole sweep named as a probe
 
 
 def test_probe_spec_takes_a_prefix_of_the_cpu_plans():
