@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
-from collect.schema.choices import Float8, Framework
+from collect.schema.choices import BLOCK_SCALED, Float8, Framework
 from gnn.inference.cost import over_budget, request_cost
 from gnn.inference.probe import probe_path
 
@@ -36,8 +36,8 @@ class ClusterSpec(_Request):
     """A cluster: a datasheet preset (e.g. a100-80gb) or a measured fingerprint, and its size."""
 
     preset: str | None = None
-    """Hardware preset (v100-16gb, a100-40gb, a100-80gb, h100-80gb, b200-180gb, gb200-nvl72, gb300-nvl72): fills
-    device, memory and links."""
+    """Hardware preset (v100-16gb, a100-40gb, a100-80gb, h100-80gb, b200-180gb, b300-288gb, gb200-nvl72,
+    gb300-nvl72): fills device, memory and links."""
     fingerprint: str | None = None
     """Id of a measured fingerprint in data/hardware (what `make collect` records), instead of a preset."""
     nodes: int = Field(default=1, ge=1)
@@ -74,9 +74,12 @@ class ClusterSpec(_Request):
         return load_hardware(self.preset) if self.preset else {}
 
     @property
-    def has_float8(self) -> bool:
-        """Whether the preset's GPUs have FP8 matmuls (a datasheet FP8 peak)."""
-        return "float8" in self._preset.get("peak_flops_per_s", {})
+    def float8_choices(self) -> tuple[str, ...]:
+        """The workload.float8 settings the preset's GPUs run: FP8 scalings with a datasheet FP8 peak, each
+        block-scaled format with its own (Blackwell's MXFP8 and NVFP4); 'none' always."""
+        peaks = self._preset.get("peak_flops_per_s", {})
+        scaled = ("tensorwise", "rowwise") if "float8" in peaks else ()
+        return ("none", *scaled, *(f for f in BLOCK_SCALED if f in peaks))
 
     @property
     def world_size(self) -> int:
@@ -119,10 +122,10 @@ def limit_problems(plan: Plan) -> list[str]:
 def _check_workload(w: Workload, cluster: ClusterSpec) -> None:
     if w.num_params > MAX_PARAMS:
         raise ValueError(f"workload: {w.num_params:.3g} parameters is over the limit of {MAX_PARAMS:.3g}")
-    if w.float8 != "none" and cluster.preset and not cluster.has_float8:
+    if cluster.preset and w.float8 not in cluster.float8_choices:
         raise ValueError(
-            f"workload.float8 ({w.float8!r}) needs GPUs with FP8 matmuls (H100, H200, B200); "
-            f"cluster.preset {cluster.preset!r} has none"
+            f"workload.float8 ({w.float8!r}) needs GPUs whose tensor cores run it (FP8: H100, H200, Blackwell; "
+            f"mxfp8 and nvfp4: Blackwell); cluster.preset {cluster.preset!r} runs {list(cluster.float8_choices)}"
         )
 
 

@@ -85,13 +85,18 @@ def _tp_problems(w: Workload, p: Plan) -> list[str]:
     widths = [("heads", w.heads), ("hidden", w.hidden), ("vocab", w.vocab)]
     if w.family != "gpt":  # Megatron and torchtitan split key/value heads, never share one over tp ranks
         widths += [("kv_heads", w.n_kv_heads), ("ffn_hidden", w.dense_ffn)]
-    if w.family == "moe":  # experts are split over tp like a dense MLP (Megatron's default expert_tensor_parallel)
-        widths += [("expert_ffn_hidden", w.expert_ffn_hidden)]
     for name, value in widths:
         if value % p.tp:
             problems.append(
                 f"workload.{name} ({value}) must be divisible by plan.tp ({p.tp}): {value} % {p.tp} = {value % p.tp}"
             )
+    etp = p.expert_tp  # experts split over tp like a dense MLP unless plan.etp says otherwise
+    if w.family == "moe" and w.expert_ffn_hidden % etp:
+        by = f"plan.etp ({etp})" if p.etp else f"plan.tp ({etp}) (plan.etp unset)"
+        problems.append(
+            f"workload.expert_ffn_hidden ({w.expert_ffn_hidden}) must be divisible by {by}: "
+            f"{w.expert_ffn_hidden} % {etp} = {w.expert_ffn_hidden % etp}"
+        )
     if p.sequence_parallel and not p.tp_enabled:
         problems.append("plan.sequence_parallel needs plan.tp > 1")
     if p.sequence_parallel and w.seq_len % p.tp:
@@ -150,7 +155,9 @@ def _cp_problems(w: Workload, p: Plan) -> list[str]:
 
 
 def _ep_problems(w: Workload, p: Plan) -> list[str]:
-    if not p.ep_enabled:
+    if p.etp is not None and w.family != "moe":
+        return [f"plan.etp ({p.etp}) needs a mixture-of-experts workload (family 'moe'), not {w.family!r}"]
+    if not p.ep_enabled and (p.etp or p.tp) == p.tp:
         return []
     if w.family != "moe":
         return [f"plan.ep ({p.ep}) > 1 needs a mixture-of-experts workload (family 'moe'), not {w.family!r}"]
@@ -160,11 +167,11 @@ def _ep_problems(w: Workload, p: Plan) -> list[str]:
             f"workload.experts ({w.experts}) must be divisible by plan.ep ({p.ep}): {w.experts} % {p.ep} = "
             f"{w.experts % p.ep}"
         )
-    borrowed = p.dp * p.cp
-    if borrowed % p.ep:
+    ranks, etp = p.dp * p.cp * p.tp, p.expert_tp
+    if ranks % (p.ep * etp):
         problems.append(
-            f"plan.ep ({p.ep}) borrows its ranks from plan.dp ({p.dp}) * plan.cp ({p.cp}) = {borrowed}, "
-            f"which it must divide: {borrowed} % {p.ep} = {borrowed % p.ep}"
+            f"plan.ep ({p.ep}) * plan.etp ({etp}) = {p.ep * etp} must divide the ranks it borrows from, plan.dp "
+            f"({p.dp}) * plan.cp ({p.cp}) * plan.tp ({p.tp}) = {ranks}: {ranks} % {p.ep * etp} = {ranks % (p.ep * etp)}"
         )
     return problems
 
@@ -212,6 +219,7 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
             f"plan.ep ({p.ep}) with plan.recompute 'selective' is predicted only: torch 2.13's selective checkpointing "
             "refuses the experts' nested FSDP hooks on recompute (an op count differs between forward and recompute)"
         )
+    problems += _collect_workload_problems(w, p)
     if w.float8 != "none":
         problems.append(
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "
@@ -267,5 +275,25 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         problems.append(
             f"plan.pp_schedule '1f1b' with plan.num_microbatches ({p.num_microbatches}) < plan.pp ({p.pp}) is "
             "predicted only: torch's Schedule1F1B refuses it (Megatron runs it as a pipeline that never fills)"
+        )
+    return problems
+
+
+def _collect_workload_problems(w: Workload, p: Plan) -> list[str]:
+    """Model and plan features the collector's models and parallelisms do not implement yet."""
+    problems = []
+    if w.mla and p.tp_enabled:
+        problems.append(
+            f"workload.kv_lora_rank (multi-head latent attention) with plan.tp ({p.tp}) is predicted only: the "
+            "collector's tensor-parallel plan does not split MLA's up-projections"
+        )
+    if w.sliding_layers:
+        problems.append("workload.sliding_window is predicted only: the collector's attention has no sliding window")
+    if p.etp is not None and p.etp != p.tp:
+        problems.append(f"plan.etp ({p.etp}) other than plan.tp ({p.tp}) is predicted only: experts are not split")
+    if p.optimizer_state_dtype is not None:
+        problems.append(
+            f"plan.optimizer_state_dtype ({p.optimizer_state_dtype!r}) is predicted only: the collector's AdamW keeps "
+            "its moments as torch's does, in the parameters' dtype"
         )
     return problems

@@ -11,7 +11,8 @@ Sharding = Literal["none", "zero1", "fsdp_grad_op", "fsdp_full"]
 Recompute = Literal["none", "selective", "full"]
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 DType = Literal["float32", "bfloat16", "float16"]
-Float8 = Literal["none", "tensorwise", "rowwise"]
+Float8 = Literal["none", "tensorwise", "rowwise", "mxfp8", "nvfp4"]
+OptimizerStateDType = Literal["float32", "bfloat16"]
 Framework = Literal["torch", "megatron", "nanotron", "torchtitan"]
 PipelineSplit = Literal["layers", "weights"]
 Attention = Literal["flash", "eager"]
@@ -20,6 +21,8 @@ SHARDINGS: tuple[str, ...] = get_args(Sharding)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
 PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 FLOAT8_SCALINGS: tuple[str, ...] = get_args(Float8)
+# block-scaled formats (OCP microscaling, NVIDIA's NVFP4): Blackwell tensor cores only
+BLOCK_SCALED: tuple[str, ...] = ("mxfp8", "nvfp4")
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

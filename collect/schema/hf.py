@@ -2,10 +2,13 @@
 
 Each covered architecture maps its config's fields onto the llama or moe
 family. What the family does not describe is refused with the config field
-that says so (multi-head latent attention, a non-SwiGLU MLP, sliding windows
-shorter than the sequence); what it describes up to a few parameters is
-accepted and named in the returned notes (Qwen2's q/k/v biases, Qwen3's q/k
-norms: under 0.1% of the parameters).
+that says so (a non-SwiGLU MLP, sliding windows shorter than the sequence
+outside GPT-OSS's per-layer ones, DeepSeek-V4's compressed sparse attention);
+what it describes up to a few parameters is accepted and named in the returned
+notes (Qwen2's q/k/v biases, Qwen3's q/k norms, GPT-OSS's biases and attention
+sinks: under 0.1% of the parameters; DeepSeek-V3's multi-token prediction
+layer, which its published 671B leaves out too). DeepSeek-V3's and Kimi-K2's
+multi-head latent attention is read into the MLA fields.
 """
 
 from __future__ import annotations
@@ -13,7 +16,18 @@ from __future__ import annotations
 from collect.schema.shown import shown
 
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-MOE_ARCHITECTURES = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM")
+MOE_ARCHITECTURES = (
+    "MixtralForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "GptOssForCausalLM",
+)
+# what no family describes, by the architecture that has it: refused with the reason
+NOT_COVERED = {
+    "DeepseekV4ForCausalLM": "DeepSeek-V4's attention (compressed and indexed sparse attention, grouped output "
+    "projections) and hyper-connections are not in the llama/moe families"
+}
 # No real model's size comes near 2**31; checked with the type before any arithmetic, since a list or a string
 # times a head count is a multi-gigabyte list, and a 10**30 an OverflowError, not a refusal naming the field.
 MAX_SIZE = 2**31
@@ -49,6 +63,8 @@ def _architecture(config: dict) -> str:
     for name in names or []:
         if name in covered:
             return name
+        if name in NOT_COVERED:
+            raise HFConfigError(f"config.json architectures {shown(names)}: {NOT_COVERED[name]}")
     raise HFConfigError(
         f"config.json architectures {shown(names or [])} are not covered; plansight reads {', '.join(covered)}"
     )
@@ -84,12 +100,8 @@ def _refuse_what_no_family_covers(config: dict, arch: str, seq_len: int | None) 
         raise HFConfigError(f"config.json field 'hidden_act' must be a string, got {shown(act)}")
     if act != "silu":
         raise HFConfigError(f"config.json hidden_act {shown(act)}: the llama and moe families use SwiGLU (silu)")
-    for rank in ("kv_lora_rank", "q_lora_rank"):
-        if _optional_int(config, rank, minimum=0):
-            raise HFConfigError(
-                f"config.json {rank}: multi-head latent attention (DeepSeek-V3) is not in the llama/moe family; "
-                "its attention would be priced as grouped-query attention, which it is not"
-            )
+    if arch == "GptOssForCausalLM":
+        return  # its windows are per layer (_windows)
     window = _optional_int(config, "sliding_window", minimum=0)
     windowed = _bool(config, "use_sliding_window", arch == "MistralForCausalLM")
     if window and seq_len and windowed and window < seq_len:
@@ -110,9 +122,16 @@ def _attention(config: dict, arch: str, notes: list[str]) -> dict:
         "vocab": _int(config, "vocab_size"),
         "tied_embeddings": _bool(config, "tie_word_embeddings", False),
     }
+    if arch == "DeepseekV3ForCausalLM":
+        fields |= _latent_attention(config, notes)
+        del fields["kv_heads"]  # every head has its own key and value
+        return fields
     head_dim = _optional_int(config, "head_dim")
     if head_dim is not None and head_dim * heads != hidden:
         fields["head_dim"] = head_dim
+    if arch == "GptOssForCausalLM":
+        fields |= _windows(config, fields["layers"])
+        notes.append("GPT-OSS's biases, attention sinks and clamped SwiGLU are priced as the moe family's")
     biased = _bool(config, "attention_bias", True)
     if arch.startswith("Qwen2") and biased:
         notes.append("Qwen2's q/k/v biases are not counted (under 0.1% of the parameters)")
@@ -121,8 +140,36 @@ def _attention(config: dict, arch: str, notes: list[str]) -> dict:
     return fields
 
 
+def _latent_attention(config: dict, notes: list[str]) -> dict:
+    """Multi-head latent attention's ranks and head widths (DeepSeek-V2/V3, Kimi-K2)."""
+    fields = {
+        "kv_lora_rank": _int(config, "kv_lora_rank"),
+        "qk_rope_head_dim": _int(config, "qk_rope_head_dim"),
+        "qk_nope_head_dim": _int(config, "qk_nope_head_dim"),
+        "v_head_dim": _int(config, "v_head_dim"),
+    }
+    q_rank = _optional_int(config, "q_lora_rank")
+    if q_rank is not None:
+        fields["q_lora_rank"] = q_rank
+    if _int(config, "num_nextn_predict_layers", 0, minimum=0):
+        notes.append("multi-token prediction layers (num_nextn_predict_layers) are not counted: the main model only")
+    return fields
+
+
+def _windows(config: dict, layers: int) -> dict:
+    """GPT-OSS's per-layer attention: layer_types lists each layer's, "sliding_attention" through sliding_window."""
+    types = config.get("layer_types")
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+        raise HFConfigError(
+            f"config.json field 'layer_types' must be a list of num_hidden_layers ({layers}) strings, "
+            f"got {shown(types)}"
+        )
+    windowed = sum(t == "sliding_attention" for t in types)
+    return {"sliding_window": _int(config, "sliding_window"), "sliding_layers": windowed} if windowed else {}
+
+
 def _experts(config: dict, arch: str) -> dict:
-    if arch == "MixtralForCausalLM":
+    if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
         return {
             "experts": _int(config, "num_local_experts"),
             "top_k": _int(config, "num_experts_per_tok"),

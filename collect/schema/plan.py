@@ -6,7 +6,16 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from collect.schema.choices import Attention, PipelineSchedule, PipelineSplit, Recompute, Sharding, Strict
+from collect.schema.choices import (
+    Attention,
+    OptimizerStateDType,
+    PipelineSchedule,
+    PipelineSplit,
+    Recompute,
+    Sharding,
+    Strict,
+)
+from collect.schema.stages import split_by_weights
 
 # the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
 CONVENTIONS = (
@@ -22,6 +31,7 @@ CONVENTIONS = (
     "tp_layer_latency",
     "grad_reduce_overlap",
     "param_gather_overlap",
+    "optimizer_state_dtype",
 )
 # bounds far past any cluster (a million GPUs), so no degree reaches a check's arithmetic unbounded; the service
 # bounds a plan's pipeline tighter (serve.schemas)
@@ -29,7 +39,7 @@ MAX_DEGREE = 2**20
 MAX_MICROBATCHES = 2**30
 MAX_STAGES = 2**16  # pp * virtual_stages: checks.plan_problems lists each stage's layers only below this
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
-LATER_FIELDS = ("cp", "ep", "float8_all_gather", *CONVENTIONS)
+LATER_FIELDS = ("cp", "ep", "etp", "float8_all_gather", *CONVENTIONS)
 CLUSTER_LATER_FIELDS = ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")
 
 
@@ -61,7 +71,13 @@ class Plan(Strict):
     passing key/value shards (torch's context_parallel); its own mesh axis between dp and tp."""
     ep: int = Field(default=1, ge=1, le=MAX_DEGREE)
     """Expert-parallel degree (moe): the experts of a layer are split over ep ranks, tokens reach them by
-    all-to-all; ep borrows its ranks from the dp x cp ranks (as torchtitan's dp_shard_in_ep), adding none."""
+    all-to-all; ep borrows its ranks from the dp x cp ranks (as torchtitan's dp_shard_in_ep), and from the tp
+    ranks where the experts are not split as finely as the attention (etp < tp, Megatron's expert grid), adding
+    none."""
+    etp: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """Expert-tensor-parallel degree (moe): each expert's SwiGLU is split over etp ranks. Unset: over tp, as the
+    dense MLP (Megatron's default for expert_tensor_parallel_size). The experts' ranks are (dp x cp x tp) / etp,
+    which ep divides."""
     float8_all_gather: bool = False
     """With workload.float8 'tensorwise' and FSDP: parameters are cast to FP8 before FSDP gathers them."""
     # conventions: how a framework runs the same plan, where that changes its cost; the defaults are the
@@ -124,6 +140,11 @@ class Plan(Strict):
     step's first forward (Megatron's overlap_param_gather): only what that forward cannot hide is exposed.
     False: the all-gather follows the optimizer step whole (torch's ZeroRedundancyOptimizer, Nanotron's ZeRO-1)."""
 
+    optimizer_state_dtype: OptimizerStateDType | None = None
+    """AdamW's two moments: float32 or bfloat16 (torchtune's and Megatron's precision-aware optimizer keep them in
+    bf16, halving that state). Unset: priced as two fp32 moments (8 bytes a parameter), as every model so far was.
+    """
+
     @model_validator(mode="before")
     @classmethod
     def _default_schedule(cls, data):
@@ -169,6 +190,11 @@ class Plan(Strict):
         return self.ep > 1
 
     @property
+    def expert_tp(self) -> int:
+        """How many ranks split one expert (etp, or tp where unset)."""
+        return self.etp or self.tp
+
+    @property
     def fsdp_enabled(self) -> bool:
         """Parameters are wrapped by FSDP2 (fsdp_grad_op or fsdp_full); its hooks run even at dp = 1."""
         return self.sharding in ("fsdp_grad_op", "fsdp_full")
@@ -199,7 +225,7 @@ class Plan(Strict):
         if self.pipeline_split == "weights":
             if costs is None:  # an even split would be returned silently: the head's weight is what moves layers
                 raise ValueError("plan.pipeline_split 'weights' needs the workload's costs (Workload.pipeline_costs)")
-            return _split_by_weights(layers, *costs, stages)
+            return split_by_weights(layers, *costs, stages)
         if layers % stages == 0:
             return (layers // stages,) * stages
         base, extra = divmod(layers + 2, stages)
@@ -207,33 +233,6 @@ class Plan(Strict):
         counts[0] -= 1
         counts[-1] -= 1
         return tuple(counts)
-
-
-def _split_by_weights(layers: int, layer_cost: int, head_cost: int, stages: int) -> tuple[int, ...]:
-    """Nanotron's build_model (models/base.py): its blocks in order (the embedding, costing nothing, each layer,
-    then the norm and the head) are placed on the current stage, which is left once the running cost passes its
-    share, total x (s + 1) / stages. Integer costs and that float share, as Nanotron compares them: on ties (the
-    1B model over 4 stages) a layer more or less on the first stage. The head, and any stage past the layers,
-    holds none; a middle stage may then have no layer (the 1B model over 8 stages: 3, 3, 2, 3, 2, 3, 0, 0).
-    Computed stage by stage, not layer by layer (a request may name 10^8 layers): stage s takes layers until the
-    running cost first passes its share, the same comparison as Nanotron's loop, solved for the layer count."""
-    total = layers * layer_cost + head_cost
-    counts, placed = [0] * stages, 0
-    for stage in range(stages):
-        if placed == layers:
-            break
-        share = total * ((stage + 1) / stages)
-        # the fewest layers k >= 1 with (placed + k) * layer_cost > share: a guess from the float quotient, then
-        # corrected by the exact integer-against-float comparison the loop makes
-        k = max(1, int(share // layer_cost) + 1 - placed)
-        while k > 1 and (placed + k - 1) * layer_cost > share:
-            k -= 1
-        while placed + k < layers and (placed + k) * layer_cost <= share:
-            k += 1
-        k = min(k, layers - placed)
-        counts[stage] = k
-        placed += k
-    return tuple(counts)
 
 
 class Cluster(Strict):

@@ -15,11 +15,22 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from collect.schema.attention import AttentionShape, attention_shape, mla_problems, window_problems
 from collect.schema.choices import DType, Family, Float8, Strict
 from collect.schema.hf import hf_fields
 
+_ATTENTION_FIELDS = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "sliding_window",
+    "sliding_layers",
+)
+
 # Fields that belong to one family only: any other family must leave them unset.
-_LLAMA_FIELDS = ("kv_heads", "head_dim", "ffn_hidden", "tied_embeddings")
+_LLAMA_FIELDS = ("kv_heads", "head_dim", "ffn_hidden", "tied_embeddings", *_ATTENTION_FIELDS)
 _MOE_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "first_dense_layers", "moe_every")
 # What a workload may be, far past any model trained today (Llama 3.1 405B: 126 layers, width 16,384, 128 heads,
 # 128k tokens of context and vocabulary; DeepSeek-V3: 256 experts), so that no size reaches the arithmetic of a
@@ -63,6 +74,22 @@ class Workload(Strict):
     """llama/moe: SwiGLU width of a dense MLP (moe: of its dense layers, if any)."""
     tied_embeddings: bool = False
     """llama/moe: the LM head reuses the token embedding's weight."""
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    """llama/moe, multi-head latent attention: rank of the queries' down-projection (DeepSeek-V3: 1,536); unset:
+    queries projected from the hidden state directly (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    """llama/moe: set, the attention is multi-head latent attention (collect.schema.attention) with a key/value
+    latent of this rank (DeepSeek-V3: 512); unset, grouped-query attention."""
+    qk_rope_head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    """MLA: the rotary part of each head's query and key (DeepSeek-V3: 64), the key's shared by every head."""
+    qk_nope_head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    """MLA: the part of each head's query and key without positions (DeepSeek-V3: 128)."""
+    v_head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    """MLA: width of each head's value (DeepSeek-V3: 128)."""
+    sliding_window: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    """llama/moe: keys a windowed layer's query attends, itself included (GPT-OSS: 128)."""
+    sliding_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    """llama/moe: how many of the layers attend through sliding_window (GPT-OSS: every other one)."""
     experts: int | None = Field(default=None, ge=1, le=MAX_EXPERTS)
     """moe: routed experts per MoE layer."""
     top_k: int | None = Field(default=None, ge=1, le=MAX_EXPERTS)
@@ -78,7 +105,9 @@ class Workload(Strict):
     expert_imbalance: float = Field(default=1.0, ge=1.0, le=MAX_EXPERTS)
     """moe: tokens of the busiest expert-parallel rank over the mean (1.0: routing perfectly even)."""
     float8: Float8 = "none"
-    """FP8 training as torchao's float8 does it: FP8 GEMMs with tensorwise or rowwise scaling, bfloat16 elsewhere."""
+    """FP8 or FP4 GEMMs, bfloat16 elsewhere: tensorwise or rowwise scaled FP8 (torchao's float8, Transformer
+    Engine's current scaling), or block-scaled: mxfp8 (OCP MX: 32-element blocks, E8M0 scales) and nvfp4 (FP4 E2M1
+    in 16-element blocks with FP8 E4M3 scales), which only Blackwell's tensor cores run."""
 
     @model_validator(mode="after")
     def _family_fields(self) -> "Workload":
@@ -129,6 +158,15 @@ class Workload(Strict):
         return rest // self.moe_every
 
     @property
+    def attention(self) -> AttentionShape:
+        """The attention's widths and weights (llama and moe; GPT's is multi-head attention of the hidden width)."""
+        return attention_shape(self)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
     def pipeline_costs(self) -> tuple[int, int]:
         """A layer's and the head's weight as Nanotron splits a pipeline by them (Plan.pipeline_split 'weights';
         its LlamaForTraining.get_block_compute_costs): 4 d x heads x head_size + 3 d x ffn, and vocab x d."""
@@ -140,8 +178,7 @@ class Workload(Strict):
         d = self.hidden
         if self.family == "gpt":
             return 12 * d * d + 13 * d  # qkv+proj+mlp weights and biases, two LayerNorms
-        q, kv = self.heads * self.head_size, self.n_kv_heads * self.head_size
-        attention = d * q + 2 * d * kv + q * d
+        attention = self.attention.params
         if not moe:
             return attention + 3 * d * self.dense_ffn + 2 * d  # SwiGLU's three matrices, two RMSNorms
         experts = (self.experts + self.shared_experts) * 3 * d * self.expert_ffn_hidden
@@ -172,7 +209,11 @@ def _family_problems(w: Workload) -> list[str]:
     foreign = [f for f in _LLAMA_FIELDS if w.family == "gpt" and _is_set(w, f)]
     foreign += [f for f in _MOE_FIELDS + ("expert_imbalance",) if w.family != "moe" and _is_set(w, f)]
     problems += [f"workload.{f} is not a field of family {w.family!r}" for f in foreign]
-    if w.head_dim is None and w.hidden % w.heads:
+    if w.family != "gpt":
+        problems += mla_problems(w) + window_problems(w)
+    if w.sliding_layers > w.layers:
+        problems.append(f"workload.sliding_layers ({w.sliding_layers}) must be at most workload.layers ({w.layers})")
+    if w.head_dim is None and not w.mla and w.hidden % w.heads:
         problems.append(
             f"workload.hidden ({w.hidden}) must be divisible by workload.heads ({w.heads}): "
             f"{w.hidden} % {w.heads} = {w.hidden % w.heads}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collect.schema import DTYPE_BYTES, Plan, Workload
+from gnn.costs.gpu import QUANTISED_BYTES
 from gnn.costs.layers import layer_shape
 
 ADAM_STATE_BYTES = 8  # two fp32 moments per parameter
@@ -114,7 +115,7 @@ def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
     d = w.hidden
     sizes = [max(w.dense_ffn, w.heads * w.head_size) * d / plan.tp]
     if w.family == "moe":
-        sizes.append(w.experts / plan.ep * w.expert_ffn_hidden * d / plan.tp)
+        sizes.append(w.experts / plan.ep * w.expert_ffn_hidden * d / plan.expert_tp)
     if 0 in stages or plan.num_stages - 1 in stages:
         sizes.append(w.vocab * d / plan.tp)
     return max(sizes) / (plan.data_ranks if plan.fsdp_enabled else 1)
@@ -142,12 +143,16 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     opt_shard = plan.data_ranks if plan.sharding != "none" else 1
     ddp = plan.data_ranks > 1 and not fsdp
     master = FP32_BYTES if plan.fp32_master_weights else 0
-    return {
+    moments = ADAM_STATE_BYTES // 2 if plan.optimizer_state_dtype == "bfloat16" else ADAM_STATE_BYTES
+    state = {
         "param": 0.0 if fsdp and master else params * db / shard,
         "grad": params * grad_dtype_bytes(w, plan) / shard,
-        "optimizer": params * (ADAM_STATE_BYTES + master) / opt_shard,
+        "optimizer": params * (moments + master) / opt_shard,
         "ddp_buckets": params * db if ddp else 0.0,
     }
+    if w.float8 != "none":  # low-precision GEMMs keep their weights quantised too, row- and column-wise
+        state["quantised_weights"] = params * 2 * QUANTISED_BYTES[w.float8] / shard  # (Transformer Engine's cache)
+    return state
 
 
 def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:

@@ -35,6 +35,10 @@ KERNELS = {"attn": 6, "mlp": 5, "head": 4, "embed": 1}  # per forward: norm, GEM
 # AdamW over fp32 master weights: reads parameter, gradient and both moments, writes all but the gradient, and
 # writes the low-precision copy the model computes with: 4 + 4 + 8 read, 4 + 8 + 2 written
 OPTIMIZER_BYTES_PER_PARAM = 30
+# bytes of one element in the GEMMs' low-precision formats, scales included: FP8 with one scale per tensor or
+# row; MXFP8's one E8M0 byte per 32 elements (OCP Microscaling Formats v1.0); NVFP4's half byte and one E4M3
+# byte per 16 elements
+QUANTISED_BYTES = {"tensorwise": 1.0, "rowwise": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 
 
 @dataclass(frozen=True)
@@ -78,34 +82,59 @@ def forward_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rates: tu
     """One forward of ``kind`` (attn, mlp, head, embed) for one micro-batch on one tp rank. ``rates``: FLOP/s of
     the block's linears (FP8 under float8 training) and of the rest."""
     m, d, t = w.micro_batch_size * w.seq_len / plan.cp, w.hidden, plan.tp
-    linear, other = rates
-    replicated = m / (t if plan.sequence_parallel else 1)  # tokens a tp rank normalises and adds
+    other = rates[1]
+    replicated = m / (t if plan.sequence_parallel else 1)
     if kind == "embed":
         return g.bytes_seconds(2 * m * d * db, KERNELS["embed"])
     if kind == "head":
         logits = m * w.vocab / t  # fp32 logits written, read by the log-softmax, its output read by the loss
         final_norm = 2 * replicated * d * db
         return g.gemm_seconds(m, d, w.vocab / t, other, db) + g.bytes_seconds(3 * 4 * logits + final_norm, 3)
+    seconds = _block_seconds(g, w, plan, kind, m, rates, db)
+    return seconds + (_quantise_seconds(g, w, plan, kind, m, db) if w.float8 != "none" else 0.0)
+
+
+def _block_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, rates, db: int) -> float:
+    """An attention or MLP block's forward."""
+    d, t, (linear, other) = w.hidden, plan.tp, rates
+    replicated = m / (t if plan.sequence_parallel else 1)  # tokens a tp rank normalises and adds
     norm_add = 5 * replicated * d * db  # the norm reads and writes d, the residual add reads 2d and writes d
     if kind == "attn":
-        q, kv = w.heads * w.head_size / t, w.n_kv_heads * w.head_size / t
+        a = w.attention if w.family != "gpt" else None
+        q, k = (a.q / t, a.k / t) if a else (d / t, d / t)
         return (
-            g.gemm_seconds(m, d, q + 2 * kv, linear, db)
-            + g.gemm_seconds(m, q, d, linear, db)
-            + _core_seconds(g, w, plan, m, q, other, db)
-            + g.bytes_seconds(norm_add + 4 * m * (q + kv) * db, KERNELS["attn"] - 3)  # rotary on q and k
+            _projection_seconds(g, w, plan, m, linear, db)
+            + _core_seconds(g, w, plan, m, other, db)
+            + g.bytes_seconds(norm_add + 4 * m * (q + k) * db, KERNELS["attn"] - 3)  # rotary on q and k
         )
     return _mlp_seconds(g, w, plan, m, linear, db) + g.bytes_seconds(norm_add, 2)
 
 
-def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, q: float, rate: float, db: int) -> float:
+def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
+    """The attention's projections: q, k and v in one GEMM and the output's (grouped-query attention), or MLA's
+    down-projections (whole on every tp rank), their latents' norms and the up-projections (split by heads)."""
+    d, t = w.hidden, plan.tp
+    if w.family == "gpt" or not w.mla:
+        q, kv = (d / t, d / t) if w.family == "gpt" else (w.attention.q / t, w.attention.k / t)
+        return g.gemm_seconds(m, d, q + 2 * kv, rate, db) + g.gemm_seconds(m, q, d, rate, db)
+    a, h = w.attention, w.heads / t
+    kv_rank, q_rank = w.kv_lora_rank, w.q_lora_rank
+    seconds = g.gemm_seconds(m, d, kv_rank + w.qk_rope_head_dim + (q_rank or 0), rate, db)  # both down-projections
+    seconds += g.gemm_seconds(m, kv_rank, h * (w.qk_nope_head_dim + w.v_head_dim), rate, db)
+    seconds += g.gemm_seconds(m, q_rank or d, a.q / t, rate, db) + g.gemm_seconds(m, a.out / t, d, rate, db)
+    return seconds + g.bytes_seconds(2 * m * a.latent * db, 2)  # the latents' norms
+
+
+def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
     """The attention core: fused (causal half, at attention_efficiency), or eager (plan.attention): the scores'
     two batched matmuls over every score at GEMM efficiency, and the scores written, softmaxed in place (read and
     written) and read by the value product."""
-    flops = 4 * w.seq_len * q * m
+    t = plan.tp
+    per_token = 4 * w.seq_len * w.hidden / t if w.family == "gpt" else w.attention.core_flops(w.seq_len, t, w.layers)
+    flops = per_token * m
     if plan.attention == "flash":
         return g.attention_seconds(flops, rate)
-    scores = m * w.seq_len * q / w.head_size
+    scores = m * w.seq_len * w.heads / t
     return flops / (rate * g.gemm_efficiency) + g.bytes_seconds(4 * scores * db, 3)
 
 
@@ -123,10 +152,15 @@ def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, 
     share = w.moe_layers / w.layers
     if not share:
         return dense
-    per_expert = m * w.top_k * plan.ep / w.experts * (w.expert_imbalance if plan.ep > 1 else 1.0)
-    routed = w.experts / plan.ep * _swiglu_seconds(g, per_expert, d, w.expert_ffn_hidden / t, rate, db)
+    # the tokens an expert-tensor group routes: the micro-batch gathered over tp where experts split as finely as
+    # the attention (etp = tp), a tp rank's share of it where they split less (Megatron's etp < tp)
+    et, imbalance = plan.expert_tp, (w.expert_imbalance if plan.ep > 1 else 1.0)
+    routes = m * et / t
+    per_expert = routes * w.top_k * plan.ep / w.experts * imbalance  # grouped GEMMs at each expert's tokens
+    routed = w.experts / plan.ep * _swiglu_seconds(g, per_expert, d, w.expert_ffn_hidden / et, rate, db)
     shared = w.shared_experts * _swiglu_seconds(g, m, d, w.expert_ffn_hidden / t, rate, db)
-    router = g.gemm_seconds(m, d, w.experts, rate, db) + g.bytes_seconds(4 * m * w.top_k * d * db, 4)  # permute
+    # the router, and the dispatcher's permute and unpermute: each routed copy read and written both ways
+    router = g.gemm_seconds(m, d, w.experts, rate, db) + g.bytes_seconds(4 * routes * w.top_k * d * db, 4)
     return (1 - share) * dense + share * (routed + shared + router)
 
 
@@ -137,3 +171,23 @@ def _swiglu_seconds(g: GpuKernels, m: float, d: float, ffn: float, rate: float, 
         + g.gemm_seconds(m, ffn, d, rate, db)
         + g.bytes_seconds(3 * m * ffn * db, 1)
     )
+
+
+def _quantise_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, db: int) -> float:
+    """Low-precision GEMMs quantise their inputs first: each linear's input read in the model's dtype and written
+    twice in the low-precision format (row- and column-wise, as the backward reads it transposed: Transformer
+    Engine's MXFP8 and NVFP4 tensors hold both), a kernel per linear; weights are quantised once a step (left
+    out). The inputs per token: attention's hidden state and core output (and MLA's latents), the MLP's hidden
+    state and activation (a MoE layer's per routed copy)."""
+    d, t, write = w.hidden, plan.tp, 2 * QUANTISED_BYTES[w.float8]
+    if kind == "attn":
+        a = w.attention if w.family != "gpt" else None
+        elements, linears = d + (a.out / t + a.latent if a else d / t), 2 + (2 if a and w.mla else 0)
+    elif w.family == "gpt":
+        elements, linears = d + 4 * d / t, 2
+    else:
+        share = w.moe_layers / w.layers
+        dense = d + w.dense_ffn / t
+        routed = w.top_k * plan.expert_tp / t * (d + w.expert_ffn_hidden / plan.expert_tp) if share else 0.0
+        elements, linears = (1 - share) * dense + share * (routed + w.shared_experts * (d + w.expert_ffn_hidden / t)), 3
+    return g.bytes_seconds(m * elements * (db + write), linears)

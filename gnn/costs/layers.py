@@ -40,32 +40,47 @@ class LayerShape:
 
 def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     d, t, s = w.hidden, plan.tp, w.seq_len
-    q, kv = w.heads * w.head_size, w.n_kv_heads * w.head_size
-    attn_params = (2 * d * q + 2 * d * kv) / t
-    attn_flops = 2 * attn_params + 4 * s * q / t
-    gemm, ring = 2 * attn_params / attn_flops, 2 * kv / t  # ring: k and v
     if w.family == "gpt":
+        attn_flops = 2 * 4 * d * d / t + 4 * s * d / t
+        gemm, ring = 8 * d * d / t / attn_flops, 2 * d / t  # ring: k and v
         params = w.layer_params(False) - 13 * d  # the biases and norms, replicated, are added back below
         return LayerShape(attn_flops, 16 * d * d / t, 0.0, params / t + 13 * d, 1 / 3, gemm, 0.0, ring)
+    a = w.attention
+    attn_params = a.replicated_params + a.split_params / t  # MLA's down-projections are whole on every tp rank
+    attn_flops = 2 * attn_params + a.core_flops(s, t, w.layers)
+    gemm, ring = 2 * attn_params / attn_flops, (a.k + a.v) / t  # ring: k and v
     dense = _mlp(d, w.dense_ffn, t)
     # a dense MLP's FLOPs, weights (with the two norms) and kept bytes; a MoE one's below; mixed by MoE's share of
     # the layers, the figures are averages over them
     mlp = (2 * dense, dense + 2 * d, 8 * w.dense_ffn / t)
     moe, a2a = w.moe_layers / w.layers, 0.0
     if moe:
-        experts, expert = w.experts, _mlp(d, w.expert_ffn_hidden, t)  # one expert's weights on a tp rank
-        routed = w.top_k * expert * (w.expert_imbalance if plan.ep > 1 else 1.0)
-        moe_mlp = (
-            2 * (routed + w.shared_experts * expert) + 2 * d * experts,  # the router: d x experts
-            (experts / plan.ep + w.shared_experts) * expert + d * experts + 2 * d,
-            w.top_k * (4 * d + 8 * w.expert_ffn_hidden / t) + w.shared_experts * 8 * w.expert_ffn_hidden / t,
-        )
-        mlp = tuple((1 - moe) * a + moe * b for a, b in zip(mlp, moe_mlp))
-        a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep
+        mlp = tuple((1 - moe) * x + moe * y for x, y in zip(mlp, _moe_mlp(w, plan)))
+        # a rank dispatches the tokens its expert-tensor group holds: etp / tp of the micro-batch's per tp rank
+        a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep * plan.expert_tp / t
     mlp_flops, mlp_params, mlp_act = mlp
-    act = _norm_bytes(d, plan) + 2 * (2 * q + 2 * kv) / t + _packed_qkv_bytes(q, kv, t, plan) + mlp_act
+    # q, k, v and the core's output; MLA also keeps its latents (the down-projections' outputs, normed), whole
+    kept = 2 * (a.q + a.k + a.v + a.out) / t + 4 * a.latent + _packed_qkv_bytes(a.q, a.k, t, plan)
+    act = _norm_bytes(d, plan) + kept + mlp_act
     params = attn_params + mlp_params
     return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, gemm, a2a, ring)
+
+
+def _moe_mlp(w: Workload, plan: Plan) -> tuple[float, float, float]:
+    """A MoE MLP's (FLOPs, weights, kept bytes) per micro-batch token on a tp rank. Experts are split over etp
+    ranks (plan.expert_tp); whatever etp, a tp rank's share of the expert work is 1/tp of its micro-batch's (etp <
+    tp: fewer tokens each through whole experts). The shared experts are split like the dense MLP."""
+    d, t, et, ffn = w.hidden, plan.tp, plan.expert_tp, w.expert_ffn_hidden
+    expert = 3 * d * ffn  # one whole expert's weights
+    routed = w.top_k * expert / t * (w.expert_imbalance if plan.ep > 1 else 1.0)
+    shared = w.shared_experts * expert / t
+    return (
+        2 * (routed + shared) + 2 * d * w.experts,  # the router: d x experts, on every token
+        w.experts / plan.ep * expert / et + shared + d * w.experts + 2 * d,
+        # a routed token keeps its dispatched copy and its expert's output (4d, on the etp ranks that hold it)
+        # and the expert's SwiGLU activations (8 ffn, split over etp)
+        w.top_k * (4 * d * et + 8 * ffn) / t + w.shared_experts * 8 * ffn / t,
+    )
 
 
 def _norm_bytes(d: int, plan: Plan) -> float:
@@ -77,7 +92,7 @@ def _norm_bytes(d: int, plan: Plan) -> float:
     return 8 * d / plan.tp + (0 if plan.sequence_parallel_regather else 4 * d)
 
 
-def _packed_qkv_bytes(q: int, kv: int, t: int, plan: Plan) -> float:
+def _packed_qkv_bytes(q: float, kv: float, t: int, plan: Plan) -> float:
     """k and v kept a second time: in the packed q, k, v copy that the saved q is a view of, under multi-head
     attention (plan.attention_keeps_packed_qkv; grouped-query attention copies q out on its own there)."""
     return 2 * 2 * kv / t if plan.attention_keeps_packed_qkv and kv == q else 0.0

@@ -29,7 +29,7 @@ COLLECTIVE = {
 # adds 2 (token and position embeddings), the last 3 (the final norm's two, the output projection)
 TENSORS_PER_LAYER = 16
 # the kinds whose group is strided by tp in the rank order (tp innermost): a node holds devices_per_node / tp of them
-STRIDED_BY_TP = {"dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "ep_a2a", "cp_ring"}
+STRIDED_BY_TP = {"dp_comm", "fsdp_allgather", "fsdp_reducescatter", "zero_allgather", "cp_ring"}
 
 
 def network(cluster, hw: HardwareModel) -> tuple[int, float | None]:
@@ -77,7 +77,7 @@ class Pricing:
     ) -> float:
         if kind in COLLECTIVE:
             op = COLLECTIVE[kind] or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
-            per_node = max(1, self.domain // (self.plan.tp if kind in STRIDED_BY_TP else 1))
+            per_node = max(1, self.domain // self._stride(kind))
             per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node, self.inter_bw)
             if kind == "tp_comm" and self.plan.sequence_parallel:
                 gather = message_bytes / group
@@ -88,6 +88,26 @@ class Pricing:
         if self.hw.kernels is not None and kind in KERNELS:
             return self._kernel_seconds(kind, phase, count, flops)
         return self._compute_seconds(kind, flops)
+
+    def _stride(self, kind: str) -> int:
+        """Ranks between a group's members in the rank order: tp for the groups outside it, expert-tensor
+        parallelism's etp for the experts' all-to-all (Megatron's expert grid: etp innermost, then ep)."""
+        if kind == "ep_a2a":
+            return self.plan.expert_tp
+        return self.plan.tp if kind in STRIDED_BY_TP else 1
+
+    def _low_precision_rate(self) -> float:
+        """FLOP/s of the blocks' GEMMs under workload.float8: FP8's, or the block-scaled format's own, which only
+        presets whose datasheets give it have (Blackwell); elsewhere a ValueError naming the field."""
+        w, hw = self.w, self.hw
+        key = "float8" if w.float8 in ("tensorwise", "rowwise") else w.float8
+        if key not in hw.flops_per_s:
+            raise ValueError(
+                f"workload.float8 {w.float8!r} needs tensor cores that run it: hardware {hw.id!r} has no {key} "
+                "matmul rate (block-scaled FP8 and FP4 run on Blackwell: b200-180gb, b300-288gb, gb200-nvl72, "
+                "gb300-nvl72)"
+            )
+        return 1 / hw.compute_time(1.0, key)
 
     def _kernel_seconds(self, kind: str, phase: str, count: int, flops: float) -> float:
         """On a GPU preset: the forward's seconds per FLOP (gnn.costs.gpu) times the node's FLOPs (a backward's
@@ -107,7 +127,7 @@ class Pricing:
         if found is None:
             w, db = self.w, dtype_bytes(self.w)
             rest = 1 / self.hw.compute_time(1.0, w.dtype)
-            linear = rest if w.float8 == "none" else 1 / self.hw.compute_time(1.0, "float8")
+            linear = rest if w.float8 == "none" else self._low_precision_rate()
             found = self.costs[key] = forward_seconds(self.hw.kernels, w, self.plan, kind, (linear, rest), db)
         return found
 
@@ -117,7 +137,7 @@ class Pricing:
         if self.w.float8 == "none" or kind not in ("attn", "mlp"):
             return self.hw.compute_time(flops, self.w.dtype)
         gemm = flops * (self.c.attn_gemm_share if kind == "attn" else 1.0)
-        return self.hw.compute_time(gemm, "float8") + self.hw.compute_time(flops - gemm, self.w.dtype)
+        return gemm / self._low_precision_rate() + self.hw.compute_time(flops - gemm, self.w.dtype)
 
     # --- compute from the block profile (gnn.costs.blocks) --------------------------------------------------
 

@@ -54,18 +54,18 @@ class PassCompiler:
         # the shared passes and steps of plans that agree on what this one's depend on besides their stage roles,
         # variants and sharding (see template, step): looked up once here, as the key holds the workload and
         # cluster, whose hashes and comparisons are costly
-        what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.tp, plan.pp, plan.virtual_stages, plan.recompute)
+        what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.etp, plan.tp, plan.pp, plan.virtual_stages)
+        what += (plan.recompute,)
         conventions = tuple(getattr(plan, k) for k in CONVENTIONS)
         self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel, *conventions), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
         self._static: list[float] | None = None
         self.activations: dict[tuple[bool, bool, int], float] = {}  # per stage role (layout.stage_role)
         per_node = cluster.nvlink_ranks  # a group crosses the network once it spans more than an NVLink domain
-        # mesh order (pp, dp, cp, tp) with tp innermost: a group crosses nodes once its span exceeds a node; ep's
-        # groups sit inside dp x cp
+        # mesh order (pp, dp, cp, tp) with tp innermost: a group crosses nodes once its span exceeds a node
         self.tp_cross = plan.tp > per_node
         self.cp_cross = plan.tp * plan.cp > per_node
-        self.ep_cross = plan.tp * plan.ep > per_node
+        self.ep_cross = plan.expert_tp * plan.ep > per_node  # Megatron's expert grid: etp innermost, then ep
         self.dp_cross = plan.tp * plan.data_ranks > per_node
         self.pp_cross = plan.tp * plan.data_ranks * plan.pp > per_node and plan.pp > 1
         self.memory = StageMemory(w, plan, self.c, self.stage_layers)

@@ -32,7 +32,7 @@ import optuna
 from tqdm import tqdm
 
 from collect import REPO
-from collect.schema import FLOAT8_SCALINGS, RunSpec
+from collect.schema import RunSpec
 from gnn.inference.predictor import BatchPredictor
 from serve.api import model_summary, predictions
 from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest, SearchResponse, SearchResult
@@ -62,7 +62,8 @@ class SearchRefused(ValueError):
 def space_of(request: SearchRequest) -> Space:
     w = request.workload
     # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
-    precisions = FLOAT8_SCALINGS if request.cluster.has_float8 and w.dtype == "bfloat16" else ()
+    choices = request.cluster.float8_choices
+    precisions = choices if len(choices) > 1 and w.dtype == "bfloat16" else ()
     return Space(
         w,
         request.cluster.cluster(),

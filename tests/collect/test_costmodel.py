@@ -46,7 +46,16 @@ def test_fit_on_recorded_fingerprint_points():
 
 
 def test_presets_are_datasheet_records():
-    for name in ("v100-16gb", "a100-40gb", "a100-80gb", "h100-80gb", "b200-180gb", "gb200-nvl72", "gb300-nvl72"):
+    for name in (
+        "v100-16gb",
+        "a100-40gb",
+        "a100-80gb",
+        "h100-80gb",
+        "b200-180gb",
+        "b300-288gb",
+        "gb200-nvl72",
+        "gb300-nvl72",
+    ):
         preset = load_hardware(name)
         assert preset["source"] == "datasheet" and preset["devices_per_node"] in (8, 72)  # a DGX, an NVL72 rack
         assert max(preset["peak_flops_per_s"].get(k, 0) for k in ("bfloat16", "float16")) > 1e14  # V100: no bf16

@@ -69,9 +69,8 @@ def test_plan_checks_show_the_arithmetic_for_tp_ep_and_cp():
     )
     moe = {**MIXTRAL_8X7B, **BATCH, "global_batch_size": 2}
     assert "workload.experts (8) must be divisible by plan.ep (3)" in _spec_problems(moe, {"dp": 2, "ep": 3}, 2)
-    assert "borrows its ranks from plan.dp (2) * plan.cp (1) = 2, which it must divide: 2 % 4 = 2" in _spec_problems(
-        moe, {"dp": 2, "ep": 4}, 2
-    )
+    said = "plan.ep (4) * plan.etp (1) = 4 must divide the ranks it borrows from, plan.dp (2) * plan.cp (1) * plan.tp"
+    assert f"{said} (1) = 2: 2 % 4 = 2" in _spec_problems(moe, {"dp": 2, "ep": 4}, 2)
     assert "plan.ep (2) > 1 needs a mixture-of-experts workload" in _spec_problems(
         {**llama, "global_batch_size": 2}, {"dp": 2, "ep": 2}, 2
     )
@@ -88,6 +87,19 @@ def test_context_and_expert_parallel_ranks_count_in_the_world_size():
     plan = Plan(dp=2, cp=2, tp=2, ep=4, sharding="fsdp_grad_op")
     spec = RunSpec(workload=moe, plan=plan, cluster=Cluster(devices_per_node=8, memory_bytes=2**36, device="cuda"))
     assert spec.plan.world_size == 8  # ep borrows from dp x cp: no ranks of its own
+
+
+def test_whole_experts_let_ep_span_the_tensor_parallel_ranks():
+    """Megatron's expert grid (etp 1, as Megatron-Bridge's MoE recipes set it): ep may exceed dp x cp, up to
+    dp x cp x tp; unset, etp is tp and ep stays inside dp x cp."""
+    moe = Workload(**MIXTRAL_8X7B, **{**BATCH, "global_batch_size": 2})
+    cluster = Cluster(devices_per_node=8, memory_bytes=2**36, device="cuda")
+    whole = Plan(dp=2, tp=4, ep=8, etp=1, sharding="zero1", sequence_parallel=True)
+    assert RunSpec(workload=moe, plan=whole, cluster=cluster).plan.expert_tp == 1
+    assert "must divide the ranks it borrows from" in _spec_problems(
+        {**MIXTRAL_8X7B, **BATCH, "global_batch_size": 2}, {"dp": 2, "tp": 4, "ep": 8}, 8
+    )
+    assert "plan.etp (1) other than plan.tp (4) is predicted only" in " ".join(collect_problems(moe, whole, cluster))
 
 
 def test_float8_is_predicted_but_not_collected():

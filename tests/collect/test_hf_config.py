@@ -34,6 +34,12 @@ def _config(name: str) -> dict:
         ("llama-3.1-70b", "llama", 70.55, 70.55),
         ("mixtral-8x7b", "moe", 46.70, 12.88),
         ("qwen3-30b-a3b", "moe", 30.53, 3.35),  # model card: 30.5B total, 3.3B activated
+        ("qwen3-235b-a22b", "moe", 235.09, 22.19),  # model card: 235B total, 22B activated
+        ("deepseek-v3", "moe", 671.03, 37.55),  # technical report: 671B total, 37B activated (MTP left out)
+        ("kimi-k2", "moe", 1026.41, 32.86),  # model card: 1T total, 32B activated
+        # model card: 116.83B total, 5.13B active: its count leaves out the input embedding (201,088 x 2,880 =
+        # 0.58B) and counts the biases and sinks this family does not (0.04B)
+        ("gpt-oss-120b", "moe", 116.79, 5.71),
     ],
 )
 def test_public_configs_give_their_published_sizes(name, family, billions, active):
@@ -41,6 +47,30 @@ def test_public_configs_give_their_published_sizes(name, family, billions, activ
     assert w.family == family and w.dtype == "bfloat16"
     assert round(w.num_params / 1e9, 2) == billions
     assert round(w.active_params / 1e9, 2) == active
+
+
+def test_deepseek_v3_reads_as_multi_head_latent_attention_over_its_published_layout():
+    w = Workload.from_hf_config(_config("deepseek-v3"), **BATCH)
+    assert (w.q_lora_rank, w.kv_lora_rank, w.qk_nope_head_dim, w.qk_rope_head_dim, w.v_head_dim) == (
+        1536,
+        512,
+        128,
+        64,
+        128,
+    )
+    assert (w.experts, w.top_k, w.shared_experts, w.first_dense_layers, w.moe_layers) == (256, 8, 1, 3, 58)
+    # per layer: q down 7168 x 1536 and up 1536 x 128 x 192, kv down 7168 x 576, up 512 x 128 x 256, out 16384 x 7168
+    a = w.attention
+    assert a.params == 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert a.replicated_params == 7168 * (1536 + 576) + 1536 + 512  # the down-projections and their norms
+
+
+def test_gpt_oss_windows_every_other_layer():
+    w = Workload.from_hf_config(_config("gpt-oss-120b"), **BATCH)
+    assert (w.sliding_window, w.sliding_layers, w.experts, w.top_k, w.expert_ffn_hidden) == (128, 18, 128, 4, 2880)
+    full = Workload.model_validate({**w.model_dump(), "sliding_window": None, "sliding_layers": 0})
+    a, f = w.attention, full.attention
+    assert a.core_flops(4096, 1, w.layers) == pytest.approx(f.core_flops(4096, 1, w.layers) * (1 + 128 / 4096) / 2)
 
 
 def test_a_request_may_name_its_workload_by_config():
@@ -52,7 +82,7 @@ def test_a_request_may_name_its_workload_by_config():
     "change, field",
     [
         ({"architectures": ["GPTNeoXForCausalLM"]}, "architectures"),
-        ({"architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512}, "kv_lora_rank"),
+        ({"architectures": ["DeepseekV4ForCausalLM"]}, "compressed and indexed sparse attention"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"architectures": ["MistralForCausalLM"], "sliding_window": 2048}, "sliding_window (2048)"),
         ({"num_hidden_layers": "32"}, "'num_hidden_layers' must be an integer from 1 to 2\\*\\*31"),
@@ -97,16 +127,21 @@ BASES = {
     "llama": {**_config("llama-3.1-8b"), "use_sliding_window": True, "sliding_window": 131072},
     "mixtral": _config("mixtral-8x7b"),
     "qwen_moe": {**QWEN_MOE, "shared_expert_intermediate_size": 1536},  # two shared experts: the division runs
-    "deepseek": {  # DeepSeek-V3's MoE layout without its latent attention, which is refused whatever the rest
+    "deepseek": {  # DeepSeek-V3's layout and latent attention at Qwen3-30B-A3B's widths
         **QWEN_MOE,
         "architectures": ["DeepseekV3ForCausalLM"],
         "n_routed_experts": 64,
         "n_shared_experts": 2,
         "first_k_dense_replace": 1,
         "moe_layer_freq": 1,
-        "kv_lora_rank": None,
-        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "num_nextn_predict_layers": 1,
     },
+    "gpt_oss": _config("gpt-oss-120b"),
 }
 # each field the module reads, and the config in which it is read
 FIELD_BASES = {
@@ -114,8 +149,6 @@ FIELD_BASES = {
         (
             "architectures",
             "hidden_act",
-            "kv_lora_rank",
-            "q_lora_rank",
             "sliding_window",
             "use_sliding_window",
             "num_attention_heads",
@@ -136,6 +169,9 @@ FIELD_BASES = {
     ),
     "mlp_only_layers": "qwen_moe",
     **dict.fromkeys(("n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq"), "deepseek"),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), "deepseek"),
+    "num_nextn_predict_layers": "deepseek",
+    "layer_types": "gpt_oss",
 }
 HOSTILE = {
     "10**30": 10**30,

@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
-from collect.schema.plan import _split_by_weights
+from collect.schema.stages import split_by_weights
 from tests.conftest import TINY, tiny_spec
 
 
@@ -205,7 +205,7 @@ def test_the_closed_form_matches_the_loop_on_random_and_tied_shapes():
             )
         )
     for case in cases:
-        assert _split_by_weights(*case) == _nanotron_loop(*case), case
+        assert split_by_weights(*case) == _nanotron_loop(*case), case
 
 
 def test_a_huge_layer_count_is_split_without_walking_its_layers():

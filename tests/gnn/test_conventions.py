@@ -35,6 +35,17 @@ def test_mixed_precision_state_per_parameter_by_hand():
     # FSDP2's mixed precision: the fp32 shard is the parameter, no bf16 shard is kept; gradients sharded in fp32
     fsdp = state_bytes(w, Plan(dp=4, sharding="fsdp_full", num_microbatches=1, **MIXED), n)
     assert fsdp == {"param": 0.0, "grad": 4 * n / 4, "optimizer": 12 * n / 4, "ddp_buckets": 0.0}
+    # bf16 moments (plan.optimizer_state_dtype) halve them: fp32 master 4 + 2 x 2 over dp
+    half = state_bytes(w, Plan(dp=4, sharding="zero1", optimizer_state_dtype="bfloat16", **MIXED), n)
+    assert half["optimizer"] == 8 * n / 4
+
+
+def test_block_scaled_weights_are_kept_quantised_row_and_column_wise():
+    """MXFP8: a byte and a 32nd per element, twice; NVFP4: half a byte and a 16th, twice."""
+    n, plan = 1000.0, Plan(**MIXED)
+    for f8, per in (("mxfp8", 2 * (1 + 1 / 32)), ("nvfp4", 2 * (0.5 + 1 / 16))):
+        w = _llama().model_copy(update={"float8": f8})
+        assert state_bytes(w, plan, n)["quantised_weights"] == pytest.approx(per * n)
 
 
 def test_sequence_parallel_norms_by_hand():
@@ -254,10 +265,10 @@ def test_eager_attention_keeps_the_scores_by_hand_and_only_the_collector_refuses
 def test_eager_attention_runs_every_score_at_gemm_rate_and_moves_them_through_memory():
     """On an H100 preset: the fused core runs the causal half of 4 s q FLOPs per token at attention_efficiency;
     eager runs all of them at gemm_efficiency and writes, softmaxes (reads and writes) and reads the scores."""
-    w, m, q = _llama(seq_len=4096), 4096.0, 64.0
+    w, m = _llama(seq_len=4096), 4096.0
     k = GpuKernels(sms=132, gemm_efficiency=0.8, attention_efficiency=0.35, memory_bandwidth=3.35e12)
     rate, flops, scores = 989.4e12, 4 * 4096 * 64 * 4096.0, 4096 * 4096 * 4.0  # 4 heads of 16
-    fused = _core_seconds(k, w, Plan(), m, q, rate, 2)
-    eager = _core_seconds(k, w, Plan(attention="eager"), m, q, rate, 2)
+    fused = _core_seconds(k, w, Plan(), m, rate, 2)
+    eager = _core_seconds(k, w, Plan(attention="eager"), m, rate, 2)
     assert fused == pytest.approx(0.5 * flops / (rate * 0.35) + ASSUMED_KERNEL_GAP_S)
     assert eager == pytest.approx(flops / (rate * 0.8) + 4 * scores * 2 / 3.35e12 + 3 * ASSUMED_KERNEL_GAP_S)
