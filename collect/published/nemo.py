@@ -17,10 +17,10 @@ What is filled in beyond the tables, and why:
   Megatron-FSDP (fsdp_full), sequence parallelism with tp, vocabulary-parallel loss, a pipeline that keeps only the
   loss and frees its buffers, fp32 master weights and gradients (NeMo's bf16_mixed: grad_reduce_in_fp32=True),
   interleaved 1F1B where the row prints VP;
-- FP8 ("FP8", "FP8-CS": per-tensor scaling) as float8 tensorwise; recompute is not printed (left empty).
-Left out, counted with the reason: fine-tuning (SFT, LoRA), precisions the schema has
-no name for, rows without a printed precision, and models no family expresses (Nemotron: GQA with a squared-ReLU
-MLP).
+- FP8 ("FP8", "FP8-CS": per-tensor scaling) as float8 tensorwise, "MXFP8" and "FP8-MX" as mxfp8, "NVFP4" as
+  nvfp4; recompute is not printed (left empty).
+Left out, counted with the reason: fine-tuning (SFT, LoRA), rows without a printed precision, and models no family
+expresses (Nemotron: GQA with a squared-ReLU MLP).
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ ARCH = {
     "GPT3-20B": ("gpt", None, None, 50304),
     "GPT3-175B": ("gpt", None, None, 50304),
 }
-FLOAT8 = {"FP8": "tensorwise", "FP8-CS": "tensorwise", "BF16": "none"}
+# FP8 and FP8-CS: per-tensor current scaling; MXFP8 and FP8-MX (its older name): Transformer Engine's
+# MXFP8BlockScaling; NVFP4: NVFP4BlockScaling (Megatron-Bridge's perf_recipes/_common.py at commit 067f987)
+FLOAT8 = {"FP8": "tensorwise", "FP8-CS": "tensorwise", "BF16": "none", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
+FLOAT8 |= {"NVFP4": "nvfp4"}
 CONFIG = ["source", "model", "layers", "hidden", "heads", "seq_len", "global_batch", "micro_batch", "gpus"]
 CONFIG += ["gpu_type", "tp", "pp", "dp", "cp", "zero_stage", "schedule", "notes"]
 
@@ -84,7 +87,9 @@ def spec_of(row: dict) -> RunSpec:
         raise ValueError("fine-tuning (SFT or LoRA), not pre-training")
     precision = _precision(row["notes"])
     if precision not in FLOAT8:
-        raise ValueError(f"precision {precision or 'not printed'} has no float8 setting")
+        raise ValueError(
+            f"precision {precision or 'not printed'} has no float8 setting" if precision else "precision not printed"
+        )
     if row["model"] not in ARCH:
         raise ValueError(f"model {row['model']} fits no family")
     family, ffn, kv_heads, vocab = ARCH[row["model"]]
@@ -134,7 +139,7 @@ def _gpu(printed: str) -> str:
 
 
 def _precision(notes: str) -> str | None:
-    found = re.search(r"(?:precision |; )(FP8-CS|MXFP8|NVFP4|FP8|BF16)\b", notes)
+    found = re.search(r"(?:precision |; )(FP8-CS|FP8-MX|MXFP8|NVFP4|FP8|BF16)\b", notes)
     return found.group(1) if found else None
 
 

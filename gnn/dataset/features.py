@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from collect.schema import FAMILIES, PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, RunSpec
+from collect.schema.choices import BLOCK_SCALED
 from gnn.costs.analytic import analytic_peak_bytes, dtype_bytes
 from gnn.costs.hardware import HardwareModel
 from gnn.graph.build import ExecGraph
@@ -188,6 +189,8 @@ def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, fl
     f["sequence_parallel"] = float(p.sequence_parallel)
     f["float8_all_gather"] = float(p.float8_all_gather)
     f["tp_layer_latency"] = float(p.tp_layer_latency)  # a convention priced only by the fitted time models
+    f["log2_etp"] = math.log2(p.expert_tp) if w.family == "moe" else 0.0
+    f["bf16_moments"] = float(p.optimizer_state_dtype == "bfloat16")
     f.update(_setting_features(w, spec.cluster, hw))
     f["log_analytic_mem"] = math.log(analytic_peak_bytes(w, p))
     f.update({k: float(v) for k, v in flags.items()})
@@ -225,6 +228,12 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
             "log_experts": math.log(w.experts or 1),
             "log_top_k": math.log(w.top_k or 1),
             "float8": float(w.float8 != "none"),
+            # how much faster the GEMMs' format runs than the dtype: continuous, so a format never trained on
+            # (NVFP4 from MXFP8 and BF16) is placed by its datasheet rate rather than by a flag no row set
+            "log_gemm_speedup": _gemm_speedup(w, hw),
+            "block_scaled": float(w.float8 in BLOCK_SCALED),
+            "mla": float(w.mla),
+            "windowed_share": w.sliding_layers / w.layers,
             "log_world": math.log2(cluster.world_size),
             "log_capacity": math.log(cluster.memory_bytes),
             "cuda": float(cluster.device == "cuda"),
@@ -232,6 +241,14 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
             "log_mem_bw": math.log(hw.memory_bandwidth),
         }
     return found
+
+
+def _gemm_speedup(w, hw: HardwareModel) -> float:
+    if w.float8 == "none":
+        return 0.0
+    key = "float8" if w.float8 in ("tensorwise", "rowwise") else w.float8
+    rate = hw.flops_per_s.get(key)
+    return math.log(rate * hw.compute_time(1.0, w.dtype)) if rate else 0.0
 
 
 def sim_features(sim: SimResult, memory_pp_rank: int | None = None) -> dict[str, float]:

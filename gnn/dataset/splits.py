@@ -7,7 +7,9 @@ family (trained on gpt and llama only); each sitting of the CPU machine's fixed 
 on the A100 rows, the largest hidden size, the largest layer counts and
 the largest scale; on other GPUs (H100), the largest model and the largest world size; a GPU never trained on
 (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a split of its own, from a model trained on
-every row of the nearest GPU: H100, and A100 for V100). Validation is a 15% hash-slice of what is not test.
+every row of the other GPUs: H100 and the other Blackwell GPUs, and A100 for V100); over every GPU row, each
+published MoE architecture and the block-scaled precisions (workload_splits). Validation is a 15% hash-slice of
+what is not test.
 ``all/random`` is the union of the domains' random splits: the served model (the champion) is trained on it, so
 one model predicts CPU and GPU plans, and its test rows are exactly those of the domains' random splits.
 """
@@ -22,7 +24,11 @@ import pandas as pd
 SERVING_SPLIT = "all/random"
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
-UNMEASURED_GPUS = {"b200": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
+UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
+# Blackwell GPUs are learned from every other GPU's rows (H100's and the other Blackwell GPUs'), as a user of a
+# new Blackwell part would be served: their MXFP8 and NVFP4 runs have no H100 counterpart
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
+MOE_SWEEP = "published-moe"  # collect.published.moe: one published MoE architecture per ``model``
 
 
 def _unit(run_id: str, salt: str) -> float:
@@ -97,13 +103,43 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
                 continue
             parts = _split(d, mask.fillna(False), name)
             splits[f"{domain}/{name}"] = {k: rows[v] for k, v in parts.items()}
+    splits |= workload_splits(meta)
     randoms = [parts for name, parts in splits.items() if name.endswith("/random")]
     splits[SERVING_SPLIT] = {k: np.sort(np.concatenate([p[k] for p in randoms])) for k in ("train", "val", "test")}
     return splits
 
 
+def workload_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """The 2026 workload's splits over the GPU rows (every GPU domain): ``moe/held_out_model-<name>``, each
+    published MoE architecture never trained on (trained on the others and every dense GPU row);
+    ``precision/held_out_nvfp4``, NVFP4 trained on MXFP8, FP8 and BF16; ``precision/held_out_mxfp8``, MXFP8 trained on
+    FP8 and BF16 only (NVFP4 left out of its training: block-scaled too)."""
+    gpu = meta[meta["domain"] != "cpu"]
+    float8 = gpu["float8"].fillna("none") if "float8" in gpu else pd.Series("none", index=gpu.index)
+    tests = {}
+    if "model" in gpu:
+        moe = gpu["sweep_id"] == MOE_SWEEP
+        for name in sorted(gpu.loc[moe, "model"].dropna().unique()):
+            tests[f"moe/held_out_model-{name}"] = (moe & (gpu["model"] == name), None)
+    block_scaled = float8.isin(["mxfp8", "nvfp4"])
+    if (float8 == "nvfp4").any():
+        tests["precision/held_out_nvfp4"] = (float8 == "nvfp4", None)
+    if (float8 == "mxfp8").any():
+        tests["precision/held_out_mxfp8"] = (float8 == "mxfp8", block_scaled & (float8 != "mxfp8"))
+    splits = {}
+    for name, (mask, excluded) in tests.items():
+        d = gpu[~excluded] if excluded is not None else gpu
+        parts = _split(d.reset_index(drop=True), mask[d.index].reset_index(drop=True), name)
+        splits[name] = {k: d.index.to_numpy()[v] for k, v in parts.items()}
+    return splits
+
+
 def _held_out_gpu(meta: pd.DataFrame, gpu: str) -> dict[str, dict[str, np.ndarray]]:
-    """``<gpu>/held_out_gpu``: trained on every row of the GPU it is learned from, tested on all of its own."""
-    d = meta[meta["domain"].isin([gpu, UNMEASURED_GPUS[gpu]])]
+    """``<gpu>/held_out_gpu``: trained on every row of the GPUs it is learned from (the nearest one measured at
+    scale; for Blackwell, every other GPU but V100), tested on all of its own."""
+    learned_from = [UNMEASURED_GPUS[gpu]]
+    if gpu in BLACKWELL:
+        learned_from = [d for d in meta["domain"].unique() if d not in ("cpu", "v100", gpu)]
+    d = meta[meta["domain"].isin([gpu, *learned_from])]
     parts = _split(d.reset_index(drop=True), (d["domain"] == gpu).reset_index(drop=True), "held_out_gpu")
     return {f"{gpu}/held_out_gpu": {k: d.index.to_numpy()[v] for k, v in parts.items()}}
