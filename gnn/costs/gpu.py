@@ -186,8 +186,9 @@ def _quantise_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: floa
     elif w.family == "gpt":
         elements, linears = d + 4 * d / t, 2
     else:
-        share = w.moe_layers / w.layers
-        dense = d + w.dense_ffn / t
-        routed = w.top_k * plan.expert_tp / t * (d + w.expert_ffn_hidden / plan.expert_tp) if share else 0.0
-        elements, linears = (1 - share) * dense + share * (routed + w.shared_experts * (d + w.expert_ffn_hidden / t)), 3
+        share, elements, linears = w.moe_layers / w.layers, d + w.dense_ffn / t, 3
+        if share:
+            ffn = w.expert_ffn_hidden
+            routed = w.top_k * plan.expert_tp / t * (d + ffn / plan.expert_tp) + w.shared_experts * (d + ffn / t)
+            elements = (1 - share) * elements + share * routed
     return g.bytes_seconds(m * elements * (db + write), linears)
