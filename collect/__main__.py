@@ -181,7 +181,8 @@ def main(argv=None) -> None:
     f.add_argument("--hardware", default="data/hardware")
     f.set_defaults(fn=cmd_fingerprint)
     w = sub.add_parser("workload", help="print the Workload JSON of a Hugging Face config.json")
-    w.add_argument("--hf-config", required=True, help="a config.json (Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE)")
+    covered = "Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE, DeepSeek-V3, Kimi-K2, GPT-OSS"
+    w.add_argument("--hf-config", required=True, help=f"a config.json ({covered})")
     w.add_argument("--seq-len", type=int, required=True)
     w.add_argument("--micro-batch-size", type=int, default=1)
     w.add_argument("--global-batch-size", type=int, required=True)

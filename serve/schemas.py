@@ -242,3 +242,7 @@ class SearchResponse(BaseModel):
     space_size: int
     best: list[SearchResult]
     pareto: list[SearchResult] = []
+    precisions: list[Float8] = []
+    """The GEMM precisions searched (bfloat16 as 'none'); empty: the workload's own, not searched."""
+    moe: bool = False
+    """The workload is a mixture of experts: each plan names its ep and etp."""

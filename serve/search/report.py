@@ -7,11 +7,14 @@ from tabulate import tabulate
 from serve.schemas import SearchResponse
 
 
-def plan_label(plan, micro_batch_size: int, float8: str = "none") -> str:
+def plan_label(plan, micro_batch_size: int, float8: str = "none", moe: bool = False, searched: bool = False) -> str:
+    """One line per plan: a moe model's names its ep and etp; a precision other than the dtype, and every
+    precision where precisions were ``searched`` (they are on bfloat16 workloads: 'none' is bf16), is named."""
     parts = [
         f"dp{plan.dp} tp{plan.tp} pp{plan.pp}"
         + (f" cp{plan.cp}" if plan.cp > 1 else "")
-        + (f" ep{plan.ep}" if plan.ep > 1 else ""),
+        + (f" ep{plan.ep}" if plan.ep > 1 or moe else "")
+        + (f" etp{plan.expert_tp}" if moe else ""),
         plan.sharding,
         f"recompute={plan.recompute}",
         f"mbs={micro_batch_size} x{plan.num_microbatches}",
@@ -20,8 +23,12 @@ def plan_label(plan, micro_batch_size: int, float8: str = "none") -> str:
         parts.append(plan.pp_schedule + (f"/v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
     if plan.sequence_parallel:
         parts.append("sp")
-    if float8 != "none":
+    if float8 in ("mxfp8", "nvfp4"):
+        parts.append(float8)
+    elif float8 != "none":
         parts.append(f"fp8={float8}" + ("+ag" if plan.float8_all_gather else ""))
+    elif searched:
+        parts.append("bf16")
     return " ".join(parts)
 
 
@@ -33,7 +40,7 @@ def print_table(response: SearchResponse) -> None:
         rows.append(
             [
                 i,
-                plan_label(r.plan, r.micro_batch_size, r.float8),
+                plan_label(r.plan, r.micro_batch_size, r.float8, response.moe, bool(response.precisions)),
                 f"{p.iter_time_s * 1e3:.1f}",
                 f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
                 f"{p.peak_mem_bytes / 2**30:.2f}",

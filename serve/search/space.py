@@ -3,9 +3,11 @@
 A plan here fixes dp x cp x tp x pp (their product is the world size), sharding,
 recompute, pipeline schedule (and virtual stages), sequence parallel, the
 micro-batch size and count (dp x micro_batch_size x num_microbatches = the
-global batch), the expert-parallel degree of a moe model (borrowed from dp x cp)
-and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with tensorwise or
-rowwise scaling; tensorwise under FSDP may all-gather in FP8), and the conventions of the framework named
+global batch), the expert-parallel degree of a moe model (borrowed from dp x cp, and
+from tp where the experts stay whole: etp 1 beside the experts split as the MLP,
+etp = tp) and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with
+tensorwise or rowwise scaling, tensorwise under FSDP perhaps all-gathering in FP8;
+Blackwell's MXFP8 and NVFP4 too), and the conventions of the framework named
 (loss sharded over tp, what the pipeline keeps). Only combinations
 the schema accepts (plan_problems) exist, and, for a space whose plans are to be
 measured here, only those the collector runs (collect_problems).
@@ -112,6 +114,7 @@ class Space:
         ep: int = 1,
         float8: str | None = None,
         float8_all_gather: bool = False,
+        etp: int | None = None,
     ) -> RunSpec | None:
         """The RunSpec of one choice, or None if the choice is not a valid plan."""
         pp, dp, cp, tp = layout
@@ -120,7 +123,7 @@ class Space:
             return None
         # whether a plan is valid does not depend on its sharding or recompute (plan_problems reads sharding only
         # for float8_all_gather, part of the key): checked once per key, not once per sharding and recompute
-        key = (layout, mbs, schedule, virtual, sp, ep, float8, float8_all_gather)
+        key = (layout, mbs, schedule, virtual, sp, ep, float8, float8_all_gather, etp)
         if self._valid.get(key) is False:
             return None
         w = self._workload(mbs, float8)
@@ -130,6 +133,7 @@ class Space:
             tp=tp,
             pp=pp,
             ep=ep,
+            etp=etp,
             sharding=sharding,
             recompute=recompute,
             pp_schedule=schedule if pp > 1 else None,
@@ -188,8 +192,9 @@ class Space:
         return n
 
     def _is_valid(self, choice: tuple) -> bool:
-        layout, mbs, _, _, schedule, virtual, sp, ep, f8, gather = choice
-        known = None if self.collectable_only else self._valid.get((layout, mbs, schedule, virtual, sp, ep, f8, gather))
+        layout, mbs, _, _, schedule, virtual, sp, ep, f8, gather, etp = choice
+        key = (layout, mbs, schedule, virtual, sp, ep, f8, gather, etp)
+        known = None if self.collectable_only else self._valid.get(key)
         return known if known is not None else self.spec(*choice) is not None
 
     def _choices(self) -> Iterator[tuple]:
@@ -206,11 +211,27 @@ class Space:
                     (s, v) for s in self.schedules for v in (self.virtual_stages if s == "interleaved_1f1b" else (1,))
                 ]
             )
-            eps = [ep for ep in self.expert_degrees if (dp * cp) % ep == 0]
-            for (schedule, virtual), sp, ep, (f8, gather) in itertools.product(
-                schedules, (False, True) if tp > 1 else (False,), eps, self.precision_choices(sharding)
+            for (schedule, virtual), sp, (etp, ep), (f8, gather) in itertools.product(
+                schedules,
+                (False, True) if tp > 1 else (False,),
+                self.expert_layouts(layout),
+                self.precision_choices(sharding),
             ):
-                yield layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather
+                yield layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather, etp
+
+    def expert_tps(self, tp: int) -> tuple[int | None, ...]:
+        """etp choices: the experts split as the MLP (None: etp = tp), or, with tp > 1 on a moe model, whole (1)."""
+        return (None, 1) if tp > 1 and self.workload.family == "moe" else (None,)
+
+    def expert_layouts(self, layout: Layout) -> list[tuple[int | None, int]]:
+        """(etp, ep) pairs of a layout: ep dividing the ranks the experts borrow, (dp x cp x tp) / etp."""
+        pp, dp, cp, tp = layout
+        return [
+            (etp, ep)
+            for etp in self.expert_tps(tp)
+            for ep in self.expert_degrees
+            if (dp * cp * tp // (etp or tp)) % ep == 0
+        ]
 
 
 STOP_CHECK_EVERY = 2048

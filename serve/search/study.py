@@ -236,4 +236,6 @@ def search(
         space_size=space_size,
         best=best,
         pareto=pareto,
+        precisions=list(space.precisions),
+        moe=request.workload.family == "moe",
     )

@@ -1,6 +1,6 @@
 """A plan as Optuna trial parameters and back: sampled conditionally (schedules only with pp > 1, sequence
-parallel only with tp > 1, ep only for moe models, FP8 only where the space has it, and in a collectable-only
-space the shardings torch composes with tp), so almost every trial is a valid plan."""
+parallel only with tp > 1, ep only for moe models (etp only with tp > 1), FP8 only where the space has it, and in
+a collectable-only space the shardings torch composes with tp), so almost every trial is a valid plan."""
 
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     sp = trial.suggest_categorical("sequence_parallel", [False, True]) if tp > 1 else False
     # ep from a fixed list (a plan whose ep does not divide dp x cp is pruned with the reason)
     ep = trial.suggest_categorical("ep", list(space.expert_degrees)) if len(space.expert_degrees) > 1 else 1
+    etps = space.expert_tps(tp)
+    etp = trial.suggest_categorical("etp", ["tp", 1]) if len(etps) > 1 else None
     precision = _suggest_precision(trial, space, sharding)
-    return space.spec(layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision)
+    return space.spec(
+        layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision, None if etp == "tp" else etp
+    )
 
 
 def _sharding_param(space: Space, dp: int, tp: int) -> str:
@@ -67,6 +71,8 @@ def params_of(spec: RunSpec, space: Space) -> dict:
         params["sequence_parallel"] = p.sequence_parallel
     if len(space.expert_degrees) > 1:
         params["ep"] = p.ep
+    if len(space.expert_tps(p.tp)) > 1:
+        params["etp"] = "tp" if p.etp is None else p.etp
     if space.precisions:
         params["float8"] = spec.workload.float8
         if spec.workload.float8 == "tensorwise" and p.fsdp_enabled:

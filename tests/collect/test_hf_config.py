@@ -108,6 +108,14 @@ def test_the_cli_prints_the_workload_and_its_notes():
     assert "q/k RMSNorms are not counted" in out.stderr
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3", "kimi-k2"])
+def test_the_cli_reads_latent_attention_configs(name):
+    out = _workload_cli(HF / f"{name}.config.json", 4096, 4096)
+    printed = json.loads(out.stdout)
+    assert printed["kv_lora_rank"] == 512 and printed["q_lora_rank"] == 1536 and "kv_heads" not in printed
+    assert Workload(**printed).num_params == Workload.from_hf_config(_config(name), **BATCH).num_params
+
+
 def test_the_cli_names_the_field_it_cannot_read(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({**_config("llama-3.1-8b"), "num_attention_heads": 30}))

@@ -146,13 +146,17 @@ def test_the_space_explores_expert_and_context_parallelism_and_fp8_where_the_gpu
     space = space_of(request)
     plans = space.enumerate()
     assert {p.plan.ep for p in plans} == {1, 2, 4, 8} and {p.plan.cp for p in plans} == {1, 2, 4, 8}
-    assert all((p.plan.dp * p.plan.cp) % p.plan.ep == 0 for p in plans)  # ep borrows dp x cp's ranks
-    assert {p.workload.float8 for p in plans} == {"none", "tensorwise", "rowwise"}
+    # ep borrows dp x cp's ranks, and tp's where the experts stay whole (etp 1)
+    assert all((p.plan.dp * p.plan.cp * p.plan.tp // p.plan.expert_tp) % p.plan.ep == 0 for p in plans)
+    assert any(p.plan.ep > p.plan.dp * p.plan.cp for p in plans) and {p.plan.etp for p in plans} == {None, 1}
+    assert {p.workload.float8 for p in plans} == {"none", "tensorwise", "rowwise"}  # no MXFP8, NVFP4 on an H100
     assert any(p.plan.float8_all_gather for p in plans)
     for spec in plans[:: len(plans) // 200]:
         assert suggest(optuna.trial.FixedTrial(params_of(spec, space)), space) == spec
     a100 = SearchRequest.model_validate({"workload": moe, "cluster": {"preset": "a100-80gb"}, "trials": 100})
     assert {p.workload.float8 for p in space_of(a100).enumerate()} == {"none"}  # no FP8 matmuls on an A100
+    gb200 = SearchRequest.model_validate({"workload": moe, "cluster": {"preset": "gb200-nvl72"}, "trials": 100})
+    assert space_of(gb200).precisions == ("none", "tensorwise", "rowwise", "mxfp8", "nvfp4")
 
 
 def test_a_plan_line_names_every_choice_the_search_made():
@@ -164,6 +168,11 @@ def test_a_plan_line_names_every_choice_the_search_made():
     label = plan_label(plan, 1, "tensorwise")
     assert "dp4 tp2 pp1 cp2 ep8" in label and "fp8=tensorwise+ag" in label
     assert "cp" not in plan_label(Plan(dp=4), 1) and "fp8" not in plan_label(Plan(dp=4), 1)
+    whole = Plan(dp=2, tp=4, ep=8, etp=1, sharding="zero1", num_microbatches=4, sequence_parallel=True)
+    assert "dp2 tp4 pp1 ep8 etp1" in plan_label(whole, 1, "mxfp8", moe=True) and " mxfp8" in plan_label(
+        whole, 1, "mxfp8"
+    )
+    assert plan_label(Plan(dp=8, ep=8), 1, moe=True, searched=True).endswith(" bf16")
 
 
 def _plans_by_choice(framework: str, body: dict) -> dict:
