@@ -26,7 +26,8 @@ SERVING_SPLIT = "all/random"
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
 UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
 # Blackwell GPUs are learned from every other GPU's rows (H100's and the other Blackwell GPUs'), as a user of a
-# new Blackwell part would be served: their MXFP8 and NVFP4 runs have no H100 counterpart
+# new Blackwell part would be served: their MXFP8 and NVFP4 runs have no H100 counterpart. With 190 published rows
+# between them they also have random splits, so the served model (all/random) learns from them.
 BLACKWELL = ("b200", "b300", "gb200", "gb300")
 MOE_SWEEP = "published-moe"  # collect.published.moe: one published MoE architecture per ``model``
 
@@ -80,11 +81,14 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     for domain, df in meta.groupby("domain"):
         if domain in UNMEASURED_GPUS:
             splits |= _held_out_gpu(meta, domain)
-            continue
+            if domain not in BLACKWELL:
+                continue
         rows = df.index.to_numpy()
         d = df.reset_index(drop=True)
         tests = {"random": random_test(d["run_id"])}
-        if domain == "cpu":
+        if domain in BLACKWELL:  # their random split only: the served model learns from their other rows
+            pass
+        elif domain == "cpu":
             tests["held_out_shape"] = d["num_params"] == d["num_params"].max()
             tests["held_out_world_size"] = d["world_size"] == d["world_size"].max()
             tests["held_out_interleaved_1f1b"] = d["pp_schedule"] == "interleaved_1f1b"

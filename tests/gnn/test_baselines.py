@@ -120,28 +120,33 @@ def test_a_plan_measured_again_with_the_current_protocol_replaces_its_old_rows()
     assert specs[0].run_id != specs[1].run_id and plan_key(specs[0]) == plan_key(specs[1])
 
 
-def test_a_gpu_never_measured_is_only_a_test_of_a_model_trained_on_the_h100_rows():
-    n = 40
+def test_a_held_out_gpu_is_learned_from_the_other_gpus_and_a_blackwell_one_served_from_its_own_rows_too():
+    n = 46
     meta = pd.DataFrame(
         {
             "run_id": [f"run{i}" for i in range(n)],
-            "domain": ["h100"] * 30 + ["gb200"] * 6 + ["cpu"] * 4,
+            "domain": ["h100"] * 30 + ["gb200"] * 6 + ["cpu"] * 4 + ["v100"] * 2 + ["a100"] * 2 + ["b200"] * 2,
             "family": "llama",
             "source": "s",
             "num_params": range(n),
             "world_size": 8,
             "pp_schedule": None,
             "sharding": "none",
+            "hidden": [1024 * (1 + i % 3) for i in range(n)],
+            "layers": [8 * (1 + i % 4) for i in range(n)],
         }
     )
     splits = named_splits(meta)
-    assert "gb200/random" not in splits and "gb200/held_out_gpu" in splits
     parts = splits["gb200/held_out_gpu"]
     assert list(parts["test"]) == list(range(30, 36))  # every GB200 row, and nothing else
-    assert set(meta.loc[np.concatenate([parts["train"], parts["val"]]), "domain"]) == {"h100"}
-    assert len(parts["train"]) + len(parts["val"]) == 30
+    learned = set(meta.loc[np.concatenate([parts["train"], parts["val"]]), "domain"])
+    assert learned == {"h100", "a100", "b200"}  # every other GPU but V100, no CPU row
+    v100 = splits["v100/held_out_gpu"]
+    assert set(meta.loc[np.concatenate([v100["train"], v100["val"]]), "domain"]) == {"a100"}  # the nearest GPU
+    assert "gb200/random" in splits and "v100/random" not in splits
     serving = np.concatenate(list(splits["all/random"].values()))
-    assert not (meta.loc[serving, "domain"] == "gb200").any()  # the served model never learns from them
+    assert (meta.loc[serving, "domain"] == "gb200").any()  # the served model learns from Blackwell's rows
+    assert not (meta.loc[serving, "domain"] == "v100").any()
 
 
 @pytest.mark.parametrize("name", BASELINE_NAMES)
