@@ -15,7 +15,8 @@ What is filled in beyond the table, and why:
   table prints none);
 - Megatron-Bridge's MoE performance recipes at the same commit (src/megatron/bridge/perf_recipes/): experts whole
   on each rank (expert_tensor_parallel_size 1), the distributed optimizer (zero1), gradients reduced in bf16
-  (grad_reduce_in_fp32 False), DeepSeek-V3's AdamW moments in bf16 (its precision-aware optimizer), and Megatron's
+  (grad_reduce_in_fp32 False), DeepSeek-V3's AdamW moments in bf16 (its precision-aware optimizer), each recipe's
+  token dispatcher (HYBRID_DISPATCH: the recipes at this commit, taken for every release), and Megatron's
   conventions otherwise (collect.schema.framework_conventions); sequence parallelism with tp; interleaved 1F1B
   where VP is printed above 1;
 - precisions: BF16 none; FP8 and FP8-CS (Transformer Engine's current scaling, per tensor) tensorwise; MXFP8 and
@@ -63,6 +64,16 @@ GPUS = {
     "DGX-GB200": ("gb200-nvl72", 64),
     "DGX-GB300": ("gb300-nvl72", 64),
 }
+# the token dispatcher of each recipe (Megatron-Bridge perf_recipes at 067f987, taken for every release): the flex
+# dispatcher with HybridEP or DeepEP (plan.moe_dispatcher "hybrid") or the alltoall one, by model, then by GPU and
+# precision where a model's recipes differ
+HYBRID_DISPATCH = {
+    "DeepSeekV3": lambda gpu, precision: True,
+    "Qwen3_30B_a3B": lambda gpu, precision: True,
+    "Qwen3_235B_a22B": lambda gpu, precision: gpu != "DGX-H100" and (gpu != "DGX-B200" or precision == "MXFP8"),
+    "GPT OSS 120B": lambda gpu, precision: gpu == "DGX-B300" or (gpu.startswith("DGX-GB") and precision == "MXFP8"),
+    "Kimi_K2": lambda gpu, precision: gpu.startswith("DGX-GB"),
+}
 FLOAT8 = {"BF16": "none", "FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
 FLOAT8 |= {"NVFP4": "nvfp4"}
 SWEEP = "published-moe"
@@ -98,6 +109,7 @@ def spec_of(row: dict) -> RunSpec:
         "sequence_parallel": tp > 1,
         **framework_conventions("megatron", tp, tp > 1, "bfloat16"),
         "fp32_grads": False,  # the perf recipes' grad_reduce_in_fp32 False
+        "moe_dispatcher": "hybrid" if HYBRID_DISPATCH[row["model"]](row["gpu_type"], precision) else "alltoall",
     }
     if row["model"] == "DeepSeekV3":
         plan["optimizer_state_dtype"] = "bfloat16"

@@ -15,6 +15,7 @@ Float8 = Literal["none", "tensorwise", "rowwise", "mxfp8", "nvfp4"]
 OptimizerStateDType = Literal["float32", "bfloat16"]
 Framework = Literal["torch", "megatron", "nanotron", "torchtitan"]
 PipelineSplit = Literal["layers", "weights"]
+MoeDispatcher = Literal["alltoall", "hybrid"]
 Attention = Literal["flash", "eager"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from collect.schema.choices import (
     Attention,
+    MoeDispatcher,
     OptimizerStateDType,
     PipelineSchedule,
     PipelineSplit,
@@ -32,6 +33,7 @@ CONVENTIONS = (
     "grad_reduce_overlap",
     "param_gather_overlap",
     "optimizer_state_dtype",
+    "moe_dispatcher",
 )
 # bounds far past any cluster (a million GPUs), so no degree reaches a check's arithmetic unbounded; the service
 # bounds a plan's pipeline tighter (serve.schemas)
@@ -140,6 +142,11 @@ class Plan(Strict):
     step's first forward (Megatron's overlap_param_gather): only what that forward cannot hide is exposed.
     False: the all-gather follows the optimizer step whole (torch's ZeroRedundancyOptimizer, Nanotron's ZeRO-1)."""
 
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """With ep across nodes, how tokens reach their experts. alltoall: every routed copy of a token crosses the
+    network on its own (Megatron's alltoall dispatcher, torchtitan's, the collector's). hybrid: a token crosses
+    once to each remote node holding any of its experts, and NVLink spreads it there (DeepEP's and HybridEP's
+    internode kernels, Megatron's flex dispatcher)."""
     optimizer_state_dtype: OptimizerStateDType | None = None
     """AdamW's two moments: float32 or bfloat16 (torchtune's and Megatron's precision-aware optimizer keep them in
     bf16, halving that state). Unset: priced as two fp32 moments (8 bytes a parameter), as every model so far was.

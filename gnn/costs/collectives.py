@@ -78,11 +78,14 @@ def tree_all_reduce_seconds(message_bytes: float, ranks: int, per_node: int, int
     return best
 
 
-def all_to_all_seconds(message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float) -> float:
+def all_to_all_seconds(
+    message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float, remote_share: float = 1.0
+) -> float:
     """Each rank sends (ranks - 1) / ranks of its message to the others at once: the share bound for other nodes
-    through its own NIC, the rest over NVLink; the slower of the two, after one step's latency per peer."""
+    through its own NIC, the rest over NVLink; the slower of the two, after one step's latency per peer.
+    ``remote_share``: of the share bound for other nodes, what crosses the network (dispatch_remote_share)."""
     nodes = math.ceil(ranks / per_node)
-    remote = (ranks - per_node) / ranks * message_bytes if nodes > 1 else 0.0
+    remote = (ranks - per_node) / ranks * message_bytes * remote_share if nodes > 1 else 0.0
     local = (min(per_node, ranks) - 1) / ranks * message_bytes
     nvl, net = STEP_LATENCY_US["simple"]
     latency = (BASE_LATENCY_US["simple"] + (per_node - 1) * nvl + (ranks - per_node) * net * (nodes > 1)) * 1e-6
@@ -94,3 +97,14 @@ def send_recv_seconds(message_bytes: float, crosses_node: bool, intra_bw: float,
     nvl, net = STEP_LATENCY_US["simple"]
     latency = (BASE_LATENCY_US["simple"] + (net if crosses_node else nvl)) * 1e-6
     return latency + message_bytes / (inter_bw if crosses_node else intra_bw)
+
+
+def dispatch_remote_share(ranks: int, per_node: int, top_k: int) -> float:
+    """A hierarchical expert dispatch (DeepEP, HybridEP) sends a token once to each remote node that holds any of
+    its top_k experts, not once per expert: of the copies bound for other nodes, the share that crosses the
+    network. Experts drawn evenly over the ranks (the pages' force-balanced routing): a remote node is hit with
+    probability 1 - (1 - 1/nodes)^top_k, against top_k / nodes copies sent to it."""
+    nodes = ranks / per_node
+    if nodes <= 1 or top_k <= 0:
+        return 1.0
+    return (1 - (1 - 1 / nodes) ** top_k) / (top_k / nodes)

@@ -76,10 +76,12 @@ class HardwareModel:
         crosses_node: bool = False,
         per_node: int | None = None,
         inter_bw: float | None = None,
+        remote_share: float = 1.0,
     ) -> float:
         """``per_node``: how many of the group's ranks share a node (all of them unless it crosses nodes; one
         when it does and nothing else is said); ``inter_bw``: the cluster's network bytes/s per device, where it
-        states its own (gnn.costs.pricing.network)."""
+        states its own (gnn.costs.pricing.network); ``remote_share``: an all-to-all's share of its remote copies
+        that crosses the network (gnn.costs.collectives.dispatch_remote_share)."""
         if group <= 1 or message_bytes <= 0:
             return 0.0
         if self.curves:
@@ -90,7 +92,7 @@ class HardwareModel:
             return send_recv_seconds(message_bytes, crosses_node, intra, inter)
         per_node = min(per_node or 1, group) if crosses_node else group
         if op == "all_to_all":
-            return all_to_all_seconds(message_bytes, group, per_node, intra, inter)
+            return all_to_all_seconds(message_bytes, group, per_node, intra, inter, remote_share)
         buffer = message_bytes * group if op == "all_gather" else message_bytes
         ring = ring_seconds(op, buffer, group, per_node, intra, inter)
         if op == "all_reduce" and group > per_node:  # NCCL's tree, where the faster (gnn.costs.collectives)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collect.schema import Plan, Workload
 from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
+from gnn.costs.collectives import dispatch_remote_share
 from gnn.costs.gpu import KERNELS, forward_seconds
 from gnn.costs.hardware import HardwareModel
 
@@ -78,7 +79,10 @@ class Pricing:
         if kind in COLLECTIVE:
             op = COLLECTIVE[kind] or ("reduce_scatter" if self.plan.sequence_parallel else "all_reduce")
             per_node = max(1, self.domain // self._stride(kind))
-            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node, self.inter_bw)
+            share = 1.0
+            if kind == "ep_a2a" and self.plan.moe_dispatcher == "hybrid" and crosses_node:
+                share = dispatch_remote_share(group, min(per_node, group), self.w.top_k)
+            per_call = self.hw.comm_time(op, message_bytes, group, crosses_node, per_node, self.inter_bw, share)
             if kind == "tp_comm" and self.plan.sequence_parallel:
                 gather = message_bytes / group
                 per_call += self.hw.comm_time("all_gather", gather, group, crosses_node, per_node, self.inter_bw)

@@ -10,10 +10,12 @@ from collect import REPO
 from collect.hardware.records import load_hardware
 from collect.schema import Plan, RunSpec, Workload, framework_conventions
 from gnn.costs.analytic import block_costs
+from gnn.costs.collectives import dispatch_remote_share
 from gnn.costs.gpu import forward_seconds
 from gnn.costs.hardware import HardwareModel
 from gnn.costs.layers import layer_shape
 from gnn.graph.build import build_graph
+from gnn.graph.table import KINDS
 from gnn.sim.simulate import simulate
 
 HF = REPO / "experiments" / "requests" / "hf"
@@ -87,3 +89,21 @@ def test_whole_experts_spread_the_same_work_over_fewer_tokens_per_rank():
     assert whole.a2a_elements == pytest.approx(split.a2a_elements / 2)
     experts = 128 / 16 * 3 * 4096 * 1536
     assert whole.params - split.params == pytest.approx(experts / 2 * (w.moe_layers / w.layers))
+
+
+def test_a_hierarchical_dispatch_sends_a_token_once_per_remote_node():
+    """32 ranks on 4 nodes of 8, top 8: a remote node is hit with probability 1 - (3/4)^8 = 0.90, against 2
+    copies sent to it one by one; inside one node nothing crosses the network."""
+    assert dispatch_remote_share(32, 8, 8) == pytest.approx((1 - 0.75**8) / 2)
+    assert dispatch_remote_share(64, 64, 8) == 1.0
+    spec, hw = _deepseek("mxfp8", hardware="b200-180gb")
+    spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"nodes": 32, "devices_per_node": 8})})
+
+    def a2a(dispatcher: str) -> float:
+        plan = spec.plan.model_copy(update={"moe_dispatcher": dispatcher})
+        g = build_graph(spec.workload, plan, spec.cluster, hw)
+        kinds = g.column("kind")
+        return float(g.column("est_time")[kinds == KINDS.index("ep_a2a")].sum())
+
+    # ep 64 over 8 nodes: a remote node is hit with probability 1 - (7/8)^8 = 0.66 against one copy sent to it
+    assert 0 < a2a("hybrid") < 0.75 * a2a("alltoall")
