@@ -219,7 +219,7 @@ def collect_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
             f"plan.ep ({p.ep}) with plan.recompute 'selective' is predicted only: torch 2.13's selective checkpointing "
             "refuses the experts' nested FSDP hooks on recompute (an op count differs between forward and recompute)"
         )
-    problems += _collect_workload_problems(w, p)
+    problems += _collect_workload_problems(w, p, c)
     if w.float8 != "none":
         problems.append(
             f"workload.float8 ({w.float8!r}) is predicted only: the collector has no FP8 training path "
@@ -265,11 +265,14 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
     kept += ["plan.attention 'eager'"] if p.attention == "eager" else []
+    kept += ["plan.moe_dispatcher 'hybrid'"] if p.moe_dispatcher == "hybrid" else []
+    kept += [f"plan.optimizer_state_dtype {p.optimizer_state_dtype!r}"] if p.optimizer_state_dtype else []
     if kept:
         problems.append(
             f"{', '.join(kept)}: predicted only, the collector runs torch's conventions (DTensor saves gathered "
             "inputs; pipelining holds its buffers per micro-batch and splits by layers; weights, gradients and "
-            "their reduction stay in the workload's dtype; attention runs torch's fused SDPA, keeping q, k and v once)"
+            "their reduction stay in the workload's dtype; attention runs torch's fused SDPA, keeping q, k and v once; "
+            "AdamW's moments as torch keeps them; experts reached by a plain all-to-all)"
         )
     if p.pp_schedule == "1f1b" and p.num_microbatches < p.pp:
         problems.append(
@@ -279,21 +282,16 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     return problems
 
 
-def _collect_workload_problems(w: Workload, p: Plan) -> list[str]:
+def _collect_workload_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
     """Model and plan features the collector's models and parallelisms do not implement yet."""
-    problems = []
-    if w.mla and p.tp_enabled:
-        problems.append(
-            f"workload.kv_lora_rank (multi-head latent attention) with plan.tp ({p.tp}) is predicted only: the "
-            "collector's tensor-parallel plan does not split MLA's up-projections"
-        )
-    if w.sliding_layers:
-        problems.append("workload.sliding_window is predicted only: the collector's attention has no sliding window")
-    if p.etp is not None and p.etp != p.tp:
-        problems.append(f"plan.etp ({p.etp}) other than plan.tp ({p.tp}) is predicted only: experts are not split")
-    if p.optimizer_state_dtype is not None:
-        problems.append(
-            f"plan.optimizer_state_dtype ({p.optimizer_state_dtype!r}) is predicted only: the collector's AdamW keeps "
-            "its moments as torch's does, in the parameters' dtype"
-        )
-    return problems
+    qk = (w.qk_nope_head_dim or 0) + (w.qk_rope_head_dim or 0)
+    unfused = w.mla and c.device == "cpu" and w.v_head_dim != qk  # torch 2.13's CPU SDPA then keeps the scores
+    said = {
+        f"workload.v_head_dim ({w.v_head_dim}) other than qk_nope_head_dim + qk_rope_head_dim ({qk}) is predicted "
+        "only on CPU: torch's CPU attention runs it unfused": unfused,
+        f"workload.kv_lora_rank (multi-head latent attention) with plan.tp ({p.tp}) is predicted only: the "
+        "collector's tensor-parallel plan does not split MLA's up-projections": w.mla and p.tp_enabled,
+        "workload.sliding_window is predicted only: the collector's attention has no sliding window": w.sliding_layers,
+        f"plan.etp ({p.etp}) other than plan.tp ({p.tp}) is predicted only: experts are not split": p.expert_tp != p.tp,
+    }
+    return [problem for problem, applies in said.items() if applies]

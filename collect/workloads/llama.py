@@ -1,5 +1,9 @@
 """A small, clean Llama: grouped-query attention with rotary positions, SwiGLU, RMSNorm, no biases.
 
+Or multi-head latent attention where the workload sets kv_lora_rank (DeepSeek-V2/V3, LatentAttention below): its
+projections have names of their own (wq_a, wkv_b, ...) that collect.parallel.tp does not split, which is why
+collect.schema.checks leaves MLA with tensor parallelism predicted only.
+
 The ``llama`` family, and the ``moe`` family's model too: its MoE layers swap the SwiGLU MLP for
 collect.workloads.moe's mixture of experts. Module names follow the GPT's (embeddings.tok, layers[i].attention.wq,
 feed_forward.w1, ...), so the same pipeline split, tensor-parallel plan and checkpointing apply unchanged, as
@@ -41,10 +45,62 @@ class Attention(nn.Module):
 
     @torch.no_grad()
     def init_rope(self) -> None:
-        half = self.rope.shape[-1]
-        freqs = ROPE_THETA ** (-torch.arange(half, dtype=torch.float32) / half)
-        angles = torch.outer(torch.arange(self.rope.shape[1], dtype=torch.float32), freqs)
-        self.rope.copy_(torch.stack([angles.cos(), angles.sin()]))
+        _fill_rope(self.rope)
+
+
+class LatentAttention(nn.Module):
+    """Multi-head latent attention as Hugging Face's DeepseekV3Attention computes it (no biases): the queries come
+    through a normalised latent of q_lora_rank (wq_a, q_norm, wq_b) or straight from x (wq) when that is unset;
+    wkv_a gives the key/value latent and one rotary key every head shares; wkv_b gives each head's key part
+    without positions and its value. Parameter names and shapes are the ones collect.schema.attention counts."""
+
+    def __init__(self, w: Workload):
+        super().__init__()
+        self.nope, self.rope_dim, self.v_dim = w.qk_nope_head_dim, w.qk_rope_head_dim, w.v_head_dim
+        self.rank, self.q_latent = w.kv_lora_rank, w.q_lora_rank is not None
+        qk = self.nope + self.rope_dim
+        self.scale = qk**-0.5  # over the whole query width, rotary part included (DeepSeek's softmax_scale)
+        if self.q_latent:
+            self.wq_a = nn.Linear(w.hidden, w.q_lora_rank, bias=False)
+            self.q_norm = nn.RMSNorm(w.q_lora_rank)
+            self.wq_b = nn.Linear(w.q_lora_rank, w.heads * qk, bias=False)
+        else:
+            self.wq = nn.Linear(w.hidden, w.heads * qk, bias=False)
+        self.wkv_a = nn.Linear(w.hidden, self.rank + self.rope_dim, bias=False)
+        self.kv_norm = nn.RMSNorm(self.rank)
+        self.wkv_b = nn.Linear(self.rank, w.heads * (self.nope + self.v_dim), bias=False)
+        self.wo = nn.Linear(w.heads * self.v_dim, w.hidden, bias=False)
+        # rotary positions only over the qk_rope_head_dim channels
+        self.register_buffer("rope", torch.empty(2, w.seq_len, self.rope_dim // 2), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bsz, seq, _ = x.shape
+        rope = self.rope[:, :seq]
+        q = self.wq_b(self.q_norm(self.wq_a(x))) if self.q_latent else self.wq(x)
+        q_nope, q_rope = (
+            q.view(bsz, seq, -1, self.nope + self.rope_dim).transpose(1, 2).split([self.nope, self.rope_dim], dim=-1)
+        )
+        latent, k_rope = self.wkv_a(x).split([self.rank, self.rope_dim], dim=-1)
+        kv = self.wkv_b(self.kv_norm(latent)).view(bsz, seq, -1, self.nope + self.v_dim).transpose(1, 2)
+        k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
+        k_rope = _rotate(k_rope.unsqueeze(1), rope)  # one rotary key, broadcast to every head
+        q = torch.cat([q_nope, _rotate(q_rope, rope)], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(-1, k_nope.shape[1], -1, -1)], dim=-1)
+        # values narrower or wider than queries and keys: SDPA allows v's last dim to differ
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
+
+    @torch.no_grad()
+    def init_rope(self) -> None:
+        _fill_rope(self.rope)
+
+
+def _fill_rope(rope: torch.Tensor) -> None:
+    """cos and sin of position x frequency into a (2, seq_len, half) buffer."""
+    half = rope.shape[-1]
+    freqs = ROPE_THETA ** (-torch.arange(half, dtype=torch.float32) / half)
+    angles = torch.outer(torch.arange(rope.shape[1], dtype=torch.float32), freqs)
+    rope.copy_(torch.stack([angles.cos(), angles.sin()]))
 
 
 def _rotate(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
@@ -71,7 +127,7 @@ class Block(nn.Module):
     def __init__(self, w: Workload, moe: bool):
         super().__init__()
         self.attention_norm = nn.RMSNorm(w.hidden)
-        self.attention = Attention(w)
+        self.attention = LatentAttention(w) if w.mla else Attention(w)
         self.ffn_norm = nn.RMSNorm(w.hidden)
         self.feed_forward = MoE(w) if moe else FeedForward(w.hidden, w.dense_ffn)
 
@@ -126,7 +182,7 @@ class Llama(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
             elif isinstance(module, nn.RMSNorm):
                 nn.init.ones_(module.weight)
-            elif isinstance(module, Attention):
+            elif isinstance(module, (Attention, LatentAttention)):
                 module.init_rope()
             elif isinstance(module, MoE):
                 module.init_weights()

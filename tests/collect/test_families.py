@@ -1,10 +1,19 @@
 """The llama and moe families in the schema: exact parameter counts, validation that shows its arithmetic,
-run ids that stay what they were for the GPT rows collected before the families existed."""
+run ids that stay what they were for the GPT rows collected before the families existed. And the collector's
+multi-head latent attention (collect.workloads.llama.LatentAttention): as many parameters as the schema counts,
+with and without a query latent, and the output of DeepSeek-V3's attention written out head by head (each head's
+query and key: its own part without positions and a rotated part, the key's rotated part shared by every head;
+softmax over 1/sqrt(nope + rope); values of their own width)."""
+
+import json
 
 import pytest
+import torch
 from pydantic import ValidationError
 
+from collect import REPO
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
+from collect.workloads.llama import LatentAttention, Llama, _rotate
 
 BATCH = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8}
 LLAMA3_8B = dict(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
@@ -142,3 +151,110 @@ def test_what_the_collector_cannot_measure_is_refused_with_the_reason():
     tied = Workload(**LLAMA3_8B, **BATCH, tied_embeddings=True)
     pipelined = Plan(pp=2, dp=4, num_microbatches=2)
     assert "tied_embeddings with plan.pp (2)" in collect_problems(tied, pipelined, cluster)[0]
+
+
+# --- multi-head latent attention in the collector's model ---
+
+MLA = dict(kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12)
+SHAPE = dict(layers=2, hidden=64, heads=4, seq_len=16, vocab=128, micro_batch_size=2, global_batch_size=2)
+FAMILIES = {
+    "llama": dict(family="llama", ffn_hidden=96),
+    "moe": dict(family="moe", experts=4, top_k=2, expert_ffn_hidden=48, shared_experts=1),
+    "moe_dense_first": dict(
+        family="moe", experts=4, top_k=2, expert_ffn_hidden=48, first_dense_layers=1, ffn_hidden=96
+    ),
+}
+
+
+def _workload(family: str, q_lora_rank: int | None) -> Workload:
+    return Workload(**SHAPE, **FAMILIES[family], **MLA, q_lora_rank=q_lora_rank)
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 24])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_mla_parameter_count_matches_the_schema(family, q_lora_rank):
+    w = _workload(family, q_lora_rank)
+    with torch.device("meta"):
+        model = Llama(w)
+    assert all(isinstance(b.attention, LatentAttention) for b in model.layers.values())
+    assert sum(p.numel() for p in model.parameters()) == w.num_params
+    attention = model.layers["0"].attention
+    assert sum(p.numel() for p in attention.parameters()) == w.attention.params
+
+
+def _by_hand(a: LatentAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """DeepSeek-V3's attention one head at a time, from the module's weights."""
+    seq = x.shape[1]
+    nope, rope_dim, v_dim = a.nope, a.rope_dim, a.v_dim
+    q_all = a.wq_b(a.q_norm(a.wq_a(x))) if a.q_latent else a.wq(x)
+    kv_a = a.wkv_a(x)
+    kv_all = a.wkv_b(a.kv_norm(kv_a[..., : a.rank]))
+    k_rope = _rotate(kv_a[..., a.rank :].unsqueeze(1), a.rope[:, :seq])[:, 0]
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    outs = []
+    for h in range(heads):
+        q = q_all[..., h * (nope + rope_dim) : (h + 1) * (nope + rope_dim)]
+        q_rope = _rotate(q[..., nope:].unsqueeze(1), a.rope[:, :seq])[:, 0]
+        kv = kv_all[..., h * (nope + v_dim) : (h + 1) * (nope + v_dim)]
+        qh, kh, vh = torch.cat([q[..., :nope], q_rope], -1), torch.cat([kv[..., :nope], k_rope], -1), kv[..., nope:]
+        scores = (qh @ kh.transpose(-1, -2)) / (nope + rope_dim) ** 0.5
+        outs.append(scores.masked_fill(~causal, float("-inf")).softmax(-1) @ vh)
+    return a.wo(torch.cat(outs, -1))
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 24])
+def test_mla_is_deepseek_v3s_attention_head_by_head(q_lora_rank):
+    w = _workload("llama", q_lora_rank)
+    torch.manual_seed(0)
+    model = Llama(w)
+    model.init_weights()
+    attention = model.layers["1"].attention
+    for norm in (attention.kv_norm, getattr(attention, "q_norm", None)):
+        if norm is not None:  # init_weights sets them to ones: make them count
+            torch.nn.init.uniform_(norm.weight, 0.5, 1.5)
+    x = torch.randn(2, w.seq_len, w.hidden)
+    torch.testing.assert_close(attention(x), _by_hand(attention, x, w.heads))
+
+
+def test_mla_model_trains_a_step():
+    w = _workload("moe", 24)
+    torch.manual_seed(0)
+    model = Llama(w)
+    model.init_weights()
+    tokens = torch.randint(0, w.vocab, (2, w.seq_len))
+    logits = model(tokens)
+    assert logits.shape == (2, w.seq_len, w.vocab)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+# --- public configs with latent attention and sliding windows (experiments/requests/hf) ------------------------
+
+
+def _hf(name: str) -> Workload:
+    config = json.loads((REPO / "experiments" / "requests" / "hf" / f"{name}.config.json").read_text())
+    return Workload.from_hf_config(config, seq_len=4096, micro_batch_size=1, global_batch_size=64)
+
+
+def test_deepseek_v3_reads_as_multi_head_latent_attention_over_its_published_layout():
+    w = _hf("deepseek-v3")
+    assert (w.q_lora_rank, w.kv_lora_rank, w.qk_nope_head_dim, w.qk_rope_head_dim, w.v_head_dim) == (
+        1536,
+        512,
+        128,
+        64,
+        128,
+    )
+    assert (w.experts, w.top_k, w.shared_experts, w.first_dense_layers, w.moe_layers) == (256, 8, 1, 3, 58)
+    # per layer: q down 7168 x 1536 and up 1536 x 128 x 192, kv down 7168 x 576, up 512 x 128 x 256, out 16384 x 7168
+    a = w.attention
+    assert a.params == 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert a.replicated_params == 7168 * (1536 + 576) + 1536 + 512  # the down-projections and their norms
+
+
+def test_gpt_oss_windows_every_other_layer():
+    w = _hf("gpt-oss-120b")
+    assert (w.sliding_window, w.sliding_layers, w.experts, w.top_k, w.expert_ffn_hidden) == (128, 18, 128, 4, 2880)
+    full = Workload.model_validate({**w.model_dump(), "sliding_window": None, "sliding_layers": 0})
+    a, f = w.attention, full.attention
+    assert a.core_flops(4096, 1, w.layers) == pytest.approx(f.core_flops(4096, 1, w.layers) * (1 + 128 / 4096) / 2)

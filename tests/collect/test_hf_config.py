@@ -49,30 +49,6 @@ def test_public_configs_give_their_published_sizes(name, family, billions, activ
     assert round(w.active_params / 1e9, 2) == active
 
 
-def test_deepseek_v3_reads_as_multi_head_latent_attention_over_its_published_layout():
-    w = Workload.from_hf_config(_config("deepseek-v3"), **BATCH)
-    assert (w.q_lora_rank, w.kv_lora_rank, w.qk_nope_head_dim, w.qk_rope_head_dim, w.v_head_dim) == (
-        1536,
-        512,
-        128,
-        64,
-        128,
-    )
-    assert (w.experts, w.top_k, w.shared_experts, w.first_dense_layers, w.moe_layers) == (256, 8, 1, 3, 58)
-    # per layer: q down 7168 x 1536 and up 1536 x 128 x 192, kv down 7168 x 576, up 512 x 128 x 256, out 16384 x 7168
-    a = w.attention
-    assert a.params == 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
-    assert a.replicated_params == 7168 * (1536 + 576) + 1536 + 512  # the down-projections and their norms
-
-
-def test_gpt_oss_windows_every_other_layer():
-    w = Workload.from_hf_config(_config("gpt-oss-120b"), **BATCH)
-    assert (w.sliding_window, w.sliding_layers, w.experts, w.top_k, w.expert_ffn_hidden) == (128, 18, 128, 4, 2880)
-    full = Workload.model_validate({**w.model_dump(), "sliding_window": None, "sliding_layers": 0})
-    a, f = w.attention, full.attention
-    assert a.core_flops(4096, 1, w.layers) == pytest.approx(f.core_flops(4096, 1, w.layers) * (1 + 128 / 4096) / 2)
-
-
 def test_a_request_may_name_its_workload_by_config():
     w = Workload.model_validate({"hf_config": _config("mixtral-8x7b"), **BATCH, "layers": 4})
     assert w.experts == 8 and w.top_k == 2 and w.layers == 4  # a field given beside the config wins

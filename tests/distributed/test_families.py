@@ -1,7 +1,8 @@
 """The llama and moe models really run on gloo ranks: each family and each dimension the collector measures, with
 finite times and a peak no smaller than the rank's share of the parameters; and expert parallelism computes what
 the unsharded layer computes (the all-to-all dispatch and combine send every token to the rank holding its expert
-and bring it back in place, forward and backward)."""
+and bring it back in place, forward and backward). Multi-head latent attention too, under FSDP with checkpointing,
+pipelining and expert parallelism."""
 
 import math
 import os
@@ -16,6 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
 from collect.schema import Workload, collect_problems
+from collect.workloads.llama import LatentAttention, Llama
 from collect.workloads.moe import MoE
 from tests.conftest import tiny_spec
 
@@ -26,6 +28,10 @@ MOE = dict(
     family="moe", layers=2, hidden=64, heads=4, kv_heads=2, experts=4, top_k=2, expert_ffn_hidden=48, seq_len=16,
     vocab=128,
 )  # fmt: skip
+# multi-head latent attention (collect.workloads.llama.LatentAttention): with a query latent, and without (moe)
+MLA = dict(kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=24)  # v as wide as q, k: fused on CPU
+MLA_LLAMA = dict(LLAMA, kv_heads=None, q_lora_rank=24, **MLA)
+MLA_MOE = dict(MOE, kv_heads=None, **MLA)
 TWO_RANK = {
     "llama_fsdp_tied": (dict(LLAMA, tied_embeddings=True), dict(dp=2, sharding="fsdp_full")),
     "llama_tp_gqa_tied": (dict(LLAMA, tied_embeddings=True), dict(tp=2, sequence_parallel=True)),
@@ -36,6 +42,9 @@ TWO_RANK = {
     "moe_ddp_no_ep": (dict(MOE, shared_experts=1), dict(dp=2)),
     "moe_pp_recompute": (MOE, dict(pp=2, num_microbatches=2, recompute="full")),
     "moe_ep2_full_recompute": (MOE, dict(dp=2, ep=2, sharding="fsdp_full", recompute="full", num_microbatches=2)),
+    "llama_mla_fsdp_selective": (MLA_LLAMA, dict(dp=2, sharding="fsdp_full", recompute="selective")),
+    "llama_mla_pp_recompute": (MLA_LLAMA, dict(pp=2, pp_schedule="1f1b", num_microbatches=2, recompute="full")),
+    "moe_mla_ep2_fsdp_full": (MLA_MOE, dict(dp=2, ep=2, sharding="fsdp_full")),
 }
 FOUR_RANK = {
     "moe_ep4_fsdp_full": (MOE, dict(dp=4, ep=4, sharding="fsdp_full")),
@@ -67,6 +76,15 @@ def _measure(pool, workload, plan):
 @pytest.mark.parametrize("name", TWO_RANK)
 def test_two_rank_family_plan(pools, name):
     _measure(pools[2], *TWO_RANK[name])
+
+
+@pytest.mark.parametrize("workload", [MLA_LLAMA, MLA_MOE], ids=["llama", "moe"])
+def test_mla_model_has_the_schemas_parameter_count(workload):
+    w = tiny_spec(workload={**workload, "micro_batch_size": 2}).workload
+    with torch.device("meta"):
+        model = Llama(w)
+    assert isinstance(model.layers["0"].attention, LatentAttention)
+    assert sum(p.numel() for p in model.parameters()) == w.num_params
 
 
 @pytest.mark.parametrize("name", FOUR_RANK)

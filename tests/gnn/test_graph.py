@@ -22,7 +22,7 @@ class UnitHardware(HardwareModel):
     def compute_time(self, flops, dtype):
         return flops / 1e9
 
-    def comm_time(self, op, message_bytes, group, crosses_node=False, per_node=None, inter_bw=None):
+    def comm_time(self, op, message_bytes, group, crosses_node=False, per_node=None, inter_bw=None, remote_share=1.0):
         return 0.0 if group <= 1 else message_bytes / 1e9
 
 
