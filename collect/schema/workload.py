@@ -171,7 +171,8 @@ class Workload(Strict):
         """A layer's and the head's weight as Nanotron splits a pipeline by them (Plan.pipeline_split 'weights';
         its LlamaForTraining.get_block_compute_costs): 4 d x heads x head_size + 3 d x ffn, and vocab x d."""
         d = self.hidden
-        return 4 * d * self.heads * self.head_size + 3 * d * self.dense_ffn, self.vocab * d
+        attention = self.attention.params if self.mla else 4 * d * self.heads * self.head_size  # Nanotron has no MLA
+        return attention + 3 * d * self.dense_ffn, self.vocab * d
 
     def layer_params(self, moe: bool) -> int:
         """Parameters of one dense (moe False) or MoE layer."""
