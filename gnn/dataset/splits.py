@@ -7,9 +7,9 @@ family (trained on gpt and llama only); each sitting of the CPU machine's fixed 
 on the A100 rows, the largest hidden size, the largest layer counts and
 the largest scale; on other GPUs (H100), the largest model and the largest world size; a GPU never trained on
 (NVIDIA's published Blackwell runs and DLPerf's V100 runs, each GPU a split of its own, from a model trained on
-every row of the other GPUs: H100 and the other Blackwell GPUs, and A100 for V100); over every GPU row, each
-published MoE architecture and the block-scaled precisions (workload_splits). Validation is a 15% hash-slice of
-what is not test.
+NVIDIA's published runs on H100 and the other Blackwell GPUs, and on the A100 rows for V100); over NVIDIA's
+published runs, each MoE architecture and the block-scaled precisions (workload_splits). Validation is a 15%
+hash-slice of what is not test.
 ``all/random`` is the union of the domains' random splits: the served model (the champion) is trained on it, so
 one model predicts CPU and GPU plans, and its test rows are exactly those of the domains' random splits.
 """
@@ -25,11 +25,13 @@ SERVING_SPLIT = "all/random"
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
 UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
-# Blackwell GPUs are learned from every other GPU's rows (H100's and the other Blackwell GPUs'), as a user of a
-# new Blackwell part would be served: their MXFP8 and NVFP4 runs have no H100 counterpart. With 190 published rows
-# between them they also have random splits, so the served model (all/random) learns from them.
+# Blackwell GPUs are learned from NVIDIA's published runs on the other GPUs (H100 and the other Blackwell GPUs: the
+# same framework's recipes), as a user of a new Blackwell part would be served: their MXFP8 and NVFP4 runs have no
+# H100 counterpart. With 190 published rows between them they also have random splits, so the served model
+# (all/random) learns from them.
 BLACKWELL = ("b200", "b300", "gb200", "gb300")
 MOE_SWEEP = "published-moe"  # collect.published.moe: one published MoE architecture per ``model``
+PUBLISHED_PREFIX = "published-"
 
 
 def _unit(run_id: str, salt: str) -> float:
@@ -113,12 +115,19 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     return splits
 
 
+def _published(meta: pd.DataFrame) -> pd.Series:
+    """NVIDIA's published NeMo and Megatron-Bridge runs (collect.published.nemo and .moe), on every GPU."""
+    sweeps = meta["sweep_id"].fillna("") if "sweep_id" in meta else pd.Series("", index=meta.index)
+    return sweeps.str.startswith(PUBLISHED_PREFIX) & (meta["domain"] != "cpu")
+
+
 def workload_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
-    """The 2026 workload's splits over the GPU rows (every GPU domain): ``moe/held_out_model-<name>``, each
-    published MoE architecture never trained on (trained on the others and every dense GPU row);
-    ``precision/held_out_nvfp4``, NVFP4 trained on MXFP8, FP8 and BF16; ``precision/held_out_mxfp8``, MXFP8 trained on
-    FP8 and BF16 only (NVFP4 left out of its training: block-scaled too)."""
-    gpu = meta[meta["domain"] != "cpu"]
+    """The 2026 workload's splits over NVIDIA's published runs (one framework's recipes, dense and MoE, on H100
+    and Blackwell): ``moe/held_out_model-<name>``, each published MoE architecture never trained on (trained on the
+    others and every dense run); ``precision/held_out_nvfp4``, NVFP4 trained on MXFP8, FP8 and BF16;
+    ``precision/held_out_mxfp8``, MXFP8 trained on FP8 and BF16 only (NVFP4 left out of its training: block-scaled
+    too)."""
+    gpu = meta[_published(meta)]
     float8 = gpu["float8"].fillna("none") if "float8" in gpu else pd.Series("none", index=gpu.index)
     tests = {}
     if "model" in gpu:
@@ -139,11 +148,11 @@ def workload_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
 
 
 def _held_out_gpu(meta: pd.DataFrame, gpu: str) -> dict[str, dict[str, np.ndarray]]:
-    """``<gpu>/held_out_gpu``: trained on every row of the GPUs it is learned from (the nearest one measured at
-    scale; for Blackwell, every other GPU but V100), tested on all of its own."""
-    learned_from = [UNMEASURED_GPUS[gpu]]
+    """``<gpu>/held_out_gpu``: tested on all of its own rows, trained on the nearest GPU measured at scale (A100
+    for V100), or, for a Blackwell GPU, on NVIDIA's published runs on H100 and the other Blackwell GPUs."""
     if gpu in BLACKWELL:
-        learned_from = [d for d in meta["domain"].unique() if d not in ("cpu", "v100", gpu)]
-    d = meta[meta["domain"].isin([gpu, *learned_from])]
+        d = meta[_published(meta)]
+    else:
+        d = meta[meta["domain"].isin([gpu, UNMEASURED_GPUS[gpu]])]
     parts = _split(d.reset_index(drop=True), (d["domain"] == gpu).reset_index(drop=True), "held_out_gpu")
     return {f"{gpu}/held_out_gpu": {k: d.index.to_numpy()[v] for k, v in parts.items()}}

@@ -243,11 +243,11 @@ def test_fp8_mx_reads_as_mxfp8():
 def test_held_out_models_and_precisions_train_on_the_rest():
     meta = pd.DataFrame(
         {
-            "domain": ["gb200"] * 6 + ["cpu"],
-            "sweep_id": ["published-moe"] * 3 + ["published-blackwell"] * 3 + ["cpu-v4"],
-            "model": ["deepseek-v3", "deepseek-v3", "qwen3-30b-a3b", None, None, None, None],
-            "float8": ["mxfp8", "none", "mxfp8", "nvfp4", "mxfp8", "tensorwise", "none"],
-            "run_id": [f"r{i}" for i in range(7)],
+            "domain": ["gb200"] * 6 + ["cpu", "h100"],
+            "sweep_id": ["published-moe"] * 3 + ["published-blackwell"] * 3 + ["cpu-v4", "playbook-h100"],
+            "model": ["deepseek-v3", "deepseek-v3", "qwen3-30b-a3b", None, None, None, None, None],
+            "float8": ["mxfp8", "none", "mxfp8", "nvfp4", "mxfp8", "tensorwise", "none", "none"],
+            "run_id": [f"r{i}" for i in range(8)],
         }
     )
     splits = workload_splits(meta)
@@ -256,7 +256,7 @@ def test_held_out_models_and_precisions_train_on_the_rest():
         return set(splits[name]["train"]) | set(splits[name]["val"])
 
     assert set(splits["moe/held_out_model-deepseek-v3"]["test"]) == {0, 1}
-    assert seen("moe/held_out_model-deepseek-v3") == {2, 3, 4, 5}  # never a CPU row
+    assert seen("moe/held_out_model-deepseek-v3") == {2, 3, 4, 5}  # NVIDIA's runs only: no CPU or playbook row
     assert set(splits["precision/held_out_nvfp4"]["test"]) == {3} and 3 not in seen("precision/held_out_nvfp4")
     assert set(splits["precision/held_out_mxfp8"]["test"]) == {0, 2, 4}
     assert seen("precision/held_out_mxfp8") == {1, 5}  # NVFP4, block-scaled too, is not trained on

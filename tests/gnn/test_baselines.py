@@ -120,7 +120,7 @@ def test_a_plan_measured_again_with_the_current_protocol_replaces_its_old_rows()
     assert specs[0].run_id != specs[1].run_id and plan_key(specs[0]) == plan_key(specs[1])
 
 
-def test_a_held_out_gpu_is_learned_from_the_other_gpus_and_a_blackwell_one_served_from_its_own_rows_too():
+def test_a_held_out_blackwell_gpu_is_learned_from_nvidias_runs_on_the_others_and_served_from_its_own_rows_too():
     n = 46
     meta = pd.DataFrame(
         {
@@ -128,6 +128,12 @@ def test_a_held_out_gpu_is_learned_from_the_other_gpus_and_a_blackwell_one_serve
             "domain": ["h100"] * 30 + ["gb200"] * 6 + ["cpu"] * 4 + ["v100"] * 2 + ["a100"] * 2 + ["b200"] * 2,
             "family": "llama",
             "source": "s",
+            "sweep_id": ["published-x"] * 20
+            + ["playbook"] * 10
+            + ["published-x"] * 6
+            + [None] * 4
+            + ["d"] * 4
+            + ["published-x"] * 2,
             "num_params": range(n),
             "world_size": 8,
             "pp_schedule": None,
@@ -139,8 +145,8 @@ def test_a_held_out_gpu_is_learned_from_the_other_gpus_and_a_blackwell_one_serve
     splits = named_splits(meta)
     parts = splits["gb200/held_out_gpu"]
     assert list(parts["test"]) == list(range(30, 36))  # every GB200 row, and nothing else
-    learned = set(meta.loc[np.concatenate([parts["train"], parts["val"]]), "domain"])
-    assert learned == {"h100", "a100", "b200"}  # every other GPU but V100, no CPU row
+    learned = meta.loc[np.concatenate([parts["train"], parts["val"]])]
+    assert set(learned["domain"]) == {"h100", "b200"} and set(learned["sweep_id"]) == {"published-x"}
     v100 = splits["v100/held_out_gpu"]
     assert set(meta.loc[np.concatenate([v100["train"], v100["val"]]), "domain"]) == {"a100"}  # the nearest GPU
     assert "gb200/random" in splits and "v100/random" not in splits
