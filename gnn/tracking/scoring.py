@@ -71,12 +71,14 @@ def ensemble_records(
         graphs = ds[torch.as_tensor(idx)]
         pred = ensemble_frame(ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist()), rows.index)
         frames[part] = (rows, pred)
+        prefix, name = split.split("/", 1)
         for domain, group in rows.groupby("domain"):
             records += score(
-                group,
-                pred.loc[group.index],
-                {"predictor": predictor, "domain": domain, "split": split.split("/", 1)[1], "part": part},
+                group, pred.loc[group.index], {"predictor": predictor, "domain": domain, "split": name, "part": part}
             )
+        if part == "test" and prefix not in set(rows["domain"]) and prefix != "all":
+            # a split over several GPUs (a held-out model or precision): scored whole too, like its baselines
+            records += score(rows, pred, {"predictor": predictor, "domain": prefix, "split": name, "part": part})
     return records, frames
 
 
