@@ -202,7 +202,7 @@ class Ensemble(nn.Module):
         self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, cols: np.ndarray, domains: list[str] | None = None
     ) -> dict[str, np.ndarray]:
         floor, ceiling = self.limits.limits(cols, classes, base[:, 0])
-        s = self.summarize(bounded(raw, floor, ceiling), base, classes)
+        s = self.summarize(bounded(raw, floor, ceiling, base), base, classes)
         self._physics_beyond(s, base, self.limits.beyond_largest(cols, domains))
         k = self.interval_factors(classes, domains)
         widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)[:, None]
@@ -230,7 +230,7 @@ class Ensemble(nn.Module):
         given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
         raw, classes, base, cols = self.raw(graphs)
         self.limits.fit_ceiling(cols, classes, base[:, 0], log_time, log_mem)
-        raw = bounded(raw, *self.limits.limits(cols, classes, base[:, 0]))
+        raw = bounded(raw, *self.limits.limits(cols, classes, base[:, 0]), base)
         s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
         names = np.asarray(domains if domains is not None else [], dtype=object)
         kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)

@@ -108,3 +108,16 @@ def test_beyond_a_range_where_the_correction_did_not_carry_the_point_is_the_phys
     beyond = ens.predict(graphs, domains=domains)
     assert np.allclose(np.log(beyond["iter_time_s"]), base[:, 0], atol=1e-5)  # the fitted analytical model
     assert (np.log(beyond["iter_time_hi_s"] / beyond["iter_time_lo_s"]) >= 0).all()
+
+
+def test_a_member_outside_the_limits_says_the_physics_base_instead_of_the_limit():
+    """Members e^35 s on a graph far larger than any trained on are out of their depth: the base stands in."""
+    from gnn.model.intervals.conformal import bounded
+
+    floor, ceiling = np.array([[0.0, -np.inf]]), np.array([[3.0, 30.0]])
+    base = np.array([[1.0, 20.0]])
+    raw = np.array([[[35.0, 21.0, 0.0]], [[np.inf, np.nan, 0.0]], [[2.0, 19.0, 0.0]], [[-4.0, 25.0, 0.0]]])
+    out = bounded(raw, floor, ceiling, base)
+    assert out[:, 0, 0].tolist() == [1.0, 1.0, 2.0, 1.0]  # above the ceiling, not a number, inside, below the floor
+    assert out[:, 0, 1].tolist() == [21.0, 20.0, 19.0, 25.0]
+    assert bounded(raw, floor, ceiling)[0, 0, 0] == 3.0  # without a base: clipped, as before

@@ -18,11 +18,20 @@ def factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray
     return k
 
 
-def bounded(raw: np.ndarray, floor: np.ndarray, ceiling: np.ndarray) -> np.ndarray:
+def bounded(raw: np.ndarray, floor: np.ndarray, ceiling: np.ndarray, base: np.ndarray | None = None) -> np.ndarray:
     """Each member's log time and memory held between the plan's floor and ceiling ([n, 2] each): no member may
-    say what the physics rules out, however far its inputs lie from its training rows."""
+    say what the physics rules out, however far its inputs lie from its training rows. A member outside them is
+    out of its depth, not merely too high (sum-pooled states of graphs far larger than any trained on sent members
+    trained on NVIDIA's 200 runs to e^35 s on DeepSeek-V3's): given the physics ``base`` it corrects ([n, 2]), it
+    says the base instead, held between the same limits."""
     out = raw.copy()
-    out[:, :, :2] = np.clip(raw[:, :, :2], floor[None], ceiling[None])
+    values = raw[:, :, :2]
+    if base is not None:
+        fallback = np.clip(base, floor, ceiling)[None]
+        with np.errstate(invalid="ignore"):
+            outside = ~((values >= floor[None]) & (values <= ceiling[None]))  # NaN counts as outside
+        values = np.where(outside & np.isfinite(fallback), fallback, values)
+    out[:, :, :2] = np.clip(values, floor[None], ceiling[None])
     return out
 
 
