@@ -30,11 +30,9 @@ def build_request(args) -> SearchRequest:
         raise RequestError("error: give a SEARCH.json, or --workload and --cluster")
     try:  # a file read as the HTTP service reads a body (a BOM, UTF-16), or the JSON itself
         workload = read_json(args.workload) if Path(args.workload).is_file() else json.loads(args.workload)
-        cluster = (
-            json.loads(args.cluster)
-            if args.cluster.lstrip().startswith("{")
-            else {"preset": args.cluster, "nodes": args.nodes}
-        )
+        cluster = json.loads(args.cluster) if args.cluster.lstrip().startswith("{") else {"preset": args.cluster}
+        if isinstance(cluster, dict):  # --nodes counts for cluster JSON too, unless it says its own
+            cluster.setdefault("nodes", args.nodes)
     except InputError as e:
         raise RequestError(str(e)) from None
     except (ValueError, RecursionError) as e:

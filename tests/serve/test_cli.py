@@ -64,3 +64,16 @@ def test_a_prediction_imports_only_what_it_needs(predictor_path, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout
+
+
+def test_search_takes_nodes_for_a_cluster_given_as_json_unless_it_says_its_own():
+    from argparse import Namespace
+
+    from serve.search.cli import build_request
+
+    workload = json.dumps({**WORKLOAD, "dtype": "bfloat16"})
+    args = dict(request=None, workload=workload, objective="time", trials=10, sampler="optuna", framework="megatron")
+    rack = build_request(Namespace(**args, cluster='{"preset": "gb200-nvl72", "devices_per_node": 64}', nodes=4))
+    assert rack.cluster.world_size == 256
+    own = build_request(Namespace(**args, cluster='{"preset": "a100-80gb", "nodes": 2}', nodes=4))
+    assert own.cluster.world_size == 16
