@@ -39,7 +39,11 @@ CASES = [  # (label, pp, virtual stages, micro-batches, plans)
     ("10,000 plans, no pipeline", 1, 1, 1, 10000),
     ("1,000 plans, pp 16 x 26", 16, 1, 26, 1000),
     ("48 different plans, pp 16-128 on 256 GPUs", 0, 1, 0, 48),  # pp 0: mixed_specs, which caches cannot share
+    # pp -1: moe_specs, a DeepSeek-V3-shaped model (latent attention, 256 experts) in MXFP8 on 1,024 GB200s
+    ("1 MoE plan, pp 128 x 1024, ep 8", -1, 1, 1024, 1),
+    ("48 different MoE plans, pp 16-128, ep 8-64", -1, 1, 0, 48),
 ]
+MOE_HARDWARE = "gb200-nvl72"
 
 
 def specs(pp: int, virtual: int, microbatches: int, n: int):
@@ -48,6 +52,8 @@ def specs(pp: int, virtual: int, microbatches: int, n: int):
 
     if pp == 0:
         return mixed_specs(n)
+    if pp == -1:
+        return moe_specs(microbatches, n)
 
     stages = pp * virtual
     w = Workload(
@@ -80,6 +86,45 @@ def mixed_specs(n: int):
     plans = [
         Plan(pp=pp, dp=256 // pp, pp_schedule="1f1b", num_microbatches=16384 * pp // 256, sharding=sh, recompute=rc)
         for pp in (16, 32, 64, 128)
+        for sh in ("none", "zero1", "fsdp_grad_op", "fsdp_full")
+        for rc in ("none", "selective", "full")
+    ]
+    return [RunSpec(workload=w, plan=p, cluster=cluster) for p in plans[:n]]
+
+
+def moe_specs(microbatches: int, n: int):
+    """DeepSeek-V3's config with 128 layers (1.4T parameters, under the 2T limit) on 1,024 GB200s in MXFP8, under
+    Megatron's conventions: one plan (pp 128, ep 8, ``microbatches``), or ``n`` that share no layout (pp 16 to
+    128, ep 8 to 64, each sharding and recompute)."""
+    # lazy: only the child process that runs a case imports the schema
+    import json
+
+    from collect import REPO
+    from collect.schema import Cluster, Plan, RunSpec, Workload, framework_conventions
+
+    config = json.loads((REPO / "experiments" / "requests" / "hf" / "deepseek-v3.config.json").read_text())
+    w = Workload.from_hf_config(
+        {**config, "num_hidden_layers": 128}, seq_len=4096, micro_batch_size=1, global_batch_size=8192, float8="mxfp8"
+    )
+    cluster = Cluster(
+        nodes=16, devices_per_node=64, device="cuda", device_kind=MOE_HARDWARE, memory_bytes=180 * 2**30,
+        backend="nccl",
+    )  # fmt: skip
+    conventions = {**framework_conventions("megatron", 1, False, "bfloat16"), "moe_dispatcher": "hybrid", "etp": 1}
+
+    def plan(pp: int, ep: int, sharding: str = "zero1", recompute: str = "none", batches: int = 0) -> Plan:
+        dp = 1024 // pp
+        return Plan(
+            pp=pp, dp=dp, ep=ep, pp_schedule="1f1b", num_microbatches=batches or 8192 // dp, sharding=sharding,
+            recompute=recompute, **conventions,
+        )  # fmt: skip
+
+    if n == 1:
+        w = w.model_copy(update={"global_batch_size": 8 * microbatches})
+        return [RunSpec(workload=w, plan=plan(128, 8, batches=microbatches), cluster=cluster)]
+    plans = [
+        plan(pp, ep, sh, rc)
+        for pp, ep in ((16, 64), (32, 32), (64, 16), (128, 8))
         for sh in ("none", "zero1", "fsdp_grad_op", "fsdp_full")
         for rc in ("none", "selective", "full")
     ]
@@ -132,7 +177,7 @@ def run_case(model: str, case: tuple) -> dict:
 
     threading.Thread(target=sample, daemon=True).start()
     t0 = time.perf_counter()
-    predictor.predict_columns(plans, "h100-80gb")
+    predictor.predict_columns(plans, MOE_HARDWARE if pp == -1 else "h100-80gb")
     seconds = time.perf_counter() - t0
     done.set()
     peak[0] = max(peak[0], tree_rss(os.getpid()))
@@ -155,12 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="models:/plansight@champion")
     parser.add_argument("--out", default="experiments/results/request_cost.json")
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)  # a child process runs one case
+    parser.add_argument("--only", type=int, nargs="*", help="run these cases (indices into CASES) only")
     args = parser.parse_args(argv)
     if args.case is not None:
         print(json.dumps(run_case(args.model, CASES[args.case])))
         return
     rows = []
-    for i in range(len(CASES)):
+    for i in args.only if args.only else range(len(CASES)):
         cmd = [sys.executable, "-m", "experiments.bench.request_cost", "--model", args.model, "--case", str(i)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
