@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
-from collect.schema.choices import BLOCK_SCALED, Float8, Framework
+from collect.schema.choices import FLOAT8_SCALINGS, Float8, Framework, gemm_rate_key
 from gnn.inference.cost import over_budget, request_cost
 from gnn.inference.probe import probe_path
 
@@ -78,8 +78,7 @@ class ClusterSpec(_Request):
         """The workload.float8 settings the preset's GPUs run: FP8 scalings with a datasheet FP8 peak, each
         block-scaled format with its own (Blackwell's MXFP8 and NVFP4); 'none' always."""
         peaks = self._preset.get("peak_flops_per_s", {})
-        scaled = ("tensorwise", "rowwise") if "float8" in peaks else ()
-        return ("none", *scaled, *(f for f in BLOCK_SCALED if f in peaks))
+        return tuple(f for f in FLOAT8_SCALINGS if f == "none" or gemm_rate_key(f) in peaks)
 
     @property
     def world_size(self) -> int:

@@ -41,7 +41,7 @@ import pandas as pd
 
 from collect import REPO
 from collect.hardware.records import load_hardware
-from collect.published.rows import convert_records, save, spec_columns
+from collect.published.rows import SWEEP_PREFIX, convert_records, save, spec_columns
 from collect.schema import RunSpec, Workload, framework_conventions
 from collect.schema.hf import HFConfigError, hf_fields
 
@@ -76,7 +76,7 @@ HYBRID_DISPATCH = {
 }
 FLOAT8 = {"BF16": "none", "FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
 FLOAT8 |= {"NVFP4": "nvfp4"}
-SWEEP = "published-moe"
+SWEEP = f"{SWEEP_PREFIX}moe"
 
 
 def spec_of(row: dict) -> RunSpec:
@@ -129,7 +129,7 @@ def spec_of(row: dict) -> RunSpec:
 
 def _row(spec: RunSpec, r: dict, i: int) -> dict:
     return {
-        **spec_columns(spec, f"published-moe{i}", SWEEP, GPUS[r["gpu_type"]][0]),
+        **spec_columns(spec, f"{SWEEP}{i}", SWEEP, GPUS[r["gpu_type"]][0]),
         "status": "ok",
         "error": "",
         "iter_time_s": float(r["step_time_s"]),

@@ -10,6 +10,8 @@ import pandas as pd
 
 from collect.schema import RunSpec
 
+SWEEP_PREFIX = "published-"  # every converted source's sweep id starts so (gnn.dataset.splits reads it)
+
 
 def convert_records(
     records: Iterable[dict], spec_of: Callable[[dict], RunSpec], row_of: Callable[[RunSpec, dict, int], dict]

@@ -43,7 +43,7 @@ class AttentionShape:
 
 
 def attention_shape(w) -> AttentionShape:
-    """``w``: a collect.schema.Workload of family llama or moe."""
+    """``w``: a collect.schema.Workload (GPT: multi-head attention of the hidden width, as the GQA formula gives)."""
     d, h = w.hidden, w.heads
     window = (w.sliding_layers, w.sliding_window or 0)
     if w.kv_lora_rank is None:

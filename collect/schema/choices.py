@@ -24,6 +24,16 @@ PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 FLOAT8_SCALINGS: tuple[str, ...] = get_args(Float8)
 # block-scaled formats (OCP microscaling, NVIDIA's NVFP4): Blackwell tensor cores only
 BLOCK_SCALED: tuple[str, ...] = ("mxfp8", "nvfp4")
+
+
+def gemm_rate_key(float8: str) -> str | None:
+    """The hardware peak (a preset's peak_flops_per_s key) a workload.float8 setting's GEMMs run at: FP8's for
+    tensorwise and rowwise scaling, a block-scaled format's own; None for none (the workload's dtype)."""
+    if float8 == "none":
+        return None
+    return float8 if float8 in BLOCK_SCALED else "float8"
+
+
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

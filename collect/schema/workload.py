@@ -159,7 +159,7 @@ class Workload(Strict):
 
     @property
     def attention(self) -> AttentionShape:
-        """The attention's widths and weights (llama and moe; GPT's is multi-head attention of the hidden width)."""
+        """The attention's widths and weights (GPT's: multi-head attention of the hidden width)."""
         return attention_shape(self)
 
     @property

@@ -100,8 +100,7 @@ def _block_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, 
     replicated = m / (t if plan.sequence_parallel else 1)  # tokens a tp rank normalises and adds
     norm_add = 5 * replicated * d * db  # the norm reads and writes d, the residual add reads 2d and writes d
     if kind == "attn":
-        a = w.attention if w.family != "gpt" else None
-        q, k = (a.q / t, a.k / t) if a else (d / t, d / t)
+        q, k = w.attention.q / t, w.attention.k / t
         return (
             _projection_seconds(g, w, plan, m, linear, db)
             + _core_seconds(g, w, plan, m, other, db)
@@ -113,11 +112,11 @@ def _block_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, 
 def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
     """The attention's projections: q, k and v in one GEMM and the output's (grouped-query attention), or MLA's
     down-projections (whole on every tp rank), their latents' norms and the up-projections (split by heads)."""
-    d, t = w.hidden, plan.tp
-    if w.family == "gpt" or not w.mla:
-        q, kv = (d / t, d / t) if w.family == "gpt" else (w.attention.q / t, w.attention.k / t)
+    d, t, a = w.hidden, plan.tp, w.attention
+    if not w.mla:
+        q, kv = a.q / t, a.k / t
         return g.gemm_seconds(m, d, q + 2 * kv, rate, db) + g.gemm_seconds(m, q, d, rate, db)
-    a, h = w.attention, w.heads / t
+    h = w.heads / t
     kv_rank, q_rank = w.kv_lora_rank, w.q_lora_rank
     seconds = g.gemm_seconds(m, d, kv_rank + w.qk_rope_head_dim + (q_rank or 0), rate, db)  # both down-projections
     seconds += g.gemm_seconds(m, kv_rank, h * (w.qk_nope_head_dim + w.v_head_dim), rate, db)
@@ -130,8 +129,7 @@ def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float,
     two batched matmuls over every score at GEMM efficiency, and the scores written, softmaxed in place (read and
     written) and read by the value product."""
     t = plan.tp
-    per_token = 4 * w.seq_len * w.hidden / t if w.family == "gpt" else w.attention.core_flops(w.seq_len, t, w.layers)
-    flops = per_token * m
+    flops = w.attention.core_flops(w.seq_len, t, w.layers) * m
     if plan.attention == "flash":
         return g.attention_seconds(flops, rate)
     scores = m * w.seq_len * w.heads / t
@@ -181,8 +179,7 @@ def _quantise_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: floa
     state and activation (a MoE layer's per routed copy)."""
     d, t, write = w.hidden, plan.tp, 2 * QUANTISED_BYTES[w.float8]
     if kind == "attn":
-        a = w.attention if w.family != "gpt" else None
-        elements, linears = d + (a.out / t + a.latent if a else d / t), 2 + (2 if a and w.mla else 0)
+        elements, linears = d + w.attention.out / t + w.attention.latent, 2 + 2 * w.mla
     elif w.family == "gpt":
         elements, linears = d + 4 * d / t, 2
     else:

@@ -9,6 +9,7 @@ distinct node is priced once.
 from __future__ import annotations
 
 from collect.schema import Plan, Workload
+from collect.schema.choices import gemm_rate_key
 from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
 from gnn.costs.collectives import dispatch_remote_share
 from gnn.costs.gpu import KERNELS, forward_seconds
@@ -104,7 +105,7 @@ class Pricing:
         """FLOP/s of the blocks' GEMMs under workload.float8: FP8's, or the block-scaled format's own, which only
         presets whose datasheets give it have (Blackwell); elsewhere a ValueError naming the field."""
         w, hw = self.w, self.hw
-        key = "float8" if w.float8 in ("tensorwise", "rowwise") else w.float8
+        key = gemm_rate_key(w.float8)
         if key not in hw.flops_per_s:
             raise ValueError(
                 f"workload.float8 {w.float8!r} needs tensor cores that run it: hardware {hw.id!r} has no {key} "

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from collect.schema import FAMILIES, PIPELINE_SCHEDULES, RECOMPUTES, SHARDINGS, RunSpec
-from collect.schema.choices import BLOCK_SCALED
+from collect.schema.choices import BLOCK_SCALED, gemm_rate_key
 from gnn.costs.analytic import analytic_peak_bytes, dtype_bytes
 from gnn.costs.hardware import HardwareModel
 from gnn.graph.build import ExecGraph
@@ -244,10 +244,8 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
 
 
 def _gemm_speedup(w, hw: HardwareModel) -> float:
-    if w.float8 == "none":
-        return 0.0
-    key = "float8" if w.float8 in ("tensorwise", "rowwise") else w.float8
-    rate = hw.flops_per_s.get(key)
+    key = gemm_rate_key(w.float8)
+    rate = hw.flops_per_s.get(key) if key else None
     return math.log(rate * hw.compute_time(1.0, w.dtype)) if rate else 0.0
 
 

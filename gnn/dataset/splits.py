@@ -21,6 +21,9 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from collect.published.moe import SWEEP as MOE_SWEEP  # one published MoE architecture per ``model``
+from collect.published.rows import SWEEP_PREFIX
+
 SERVING_SPLIT = "all/random"
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
@@ -30,8 +33,6 @@ UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h1
 # H100 counterpart. With 190 published rows between them they also have random splits, so the served model
 # (all/random) learns from them.
 BLACKWELL = ("b200", "b300", "gb200", "gb300")
-MOE_SWEEP = "published-moe"  # collect.published.moe: one published MoE architecture per ``model``
-PUBLISHED_PREFIX = "published-"
 
 
 def _unit(run_id: str, salt: str) -> float:
@@ -118,7 +119,7 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
 def _published(meta: pd.DataFrame) -> pd.Series:
     """NVIDIA's published NeMo and Megatron-Bridge runs (collect.published.nemo and .moe), on every GPU."""
     sweeps = meta["sweep_id"].fillna("") if "sweep_id" in meta else pd.Series("", index=meta.index)
-    return sweeps.str.startswith(PUBLISHED_PREFIX) & (meta["domain"] != "cpu")
+    return sweeps.str.startswith(SWEEP_PREFIX) & (meta["domain"] != "cpu")
 
 
 def workload_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
