@@ -10,8 +10,8 @@ PORT   ?= 8000
 MODEL  ?= models:/plansight@champion
 WORKLOAD ?= experiments/requests/gpt-20l-1536.json
 CLUSTER  ?= a100-80gb
-.PHONY: help install lint test test-unit test-collect test-gnn test-serve collect dataset evaluate train tune bench \
-        serve search render demo clean
+.PHONY: help install engines lint test test-unit test-collect test-gnn test-serve test-engines collect dataset evaluate \
+        train tune bench serve mlflow-serve search render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,11 +32,21 @@ lint: install ## ruff: the checks and the formatting configured in pyproject.tom
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: install ## run the whole test suite
+# what tests/engines starts besides the virtualenv: PostgreSQL is on these machines; SLURM is installed here
+ENGINE_PACKAGES := slurm-wlm munge
+engines: ## install SLURM and munge for tests/engines (apt-get, as root); without them those tests skip, saying why
+	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(ENGINE_PACKAGES) >/dev/null) \
+	  || echo "engines: apt-get could not install $(ENGINE_PACKAGES): the SLURM tests will skip"; \
+	else echo "engines: no slurmctld or munged, and not root with apt-get: the SLURM tests will skip" \
+	  "(apt-get install $(ENGINE_PACKAGES))"; fi
+
+test: install engines ## run the whole test suite (tests/engines starts its own SLURM, PostgreSQL and MLflow server)
 	$(PY) -m pytest tests -q
 
 test-unit: install ## fast single-process tests only
-	$(PY) -m pytest tests -q -m "not distributed"
+	$(PY) -m pytest tests -q -m "not distributed and not engines"
 
 test-collect: install ## multi-rank collection tests (real gloo ranks)
 	$(PY) -m pytest tests -q -m distributed
@@ -46,6 +56,9 @@ test-gnn: install ## execution graph, simulator, baselines, the surrogate and it
 
 test-serve: install ## the HTTP service over real HTTP, the CLI and the plan search
 	$(PY) -m pytest tests/serve -q
+
+test-engines: install engines ## SLURM, PostgreSQL search workers, an MLflow server, Lightning DDP, two-node torchrun
+	$(PY) -m pytest tests -q -m engines
 
 # an active sweep's plans are chosen by a surrogate, which lives in gnn (collect imports no model)
 ACTIVE = $(shell grep -qE '^sampler:[[:space:]]*active' $(SWEEP) 2>/dev/null && echo yes)
@@ -59,8 +72,8 @@ dataset: install ## build (or load the cached) graph dataset from data/runs
 evaluate: install ## every predictor on every split: prints the table, writes experiments/results/evaluation.json
 	$(PY) -m experiments.evaluate
 
-train: install ## train the GNN ensemble on all/random (CPU, A100, H100), log to MLflow (sqlite:///mlflow.db), register if better
-	$(PY) -m gnn.train
+train: install ## train the GNN ensemble on all/random, log to MLflow (MLFLOW_TRACKING_URI; sqlite:///mlflow.db) [TRAIN_ARGS=]
+	$(PY) -m gnn.train $(TRAIN_ARGS)
 
 tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)
 	$(PY) -m gnn.tune --trials $${TRIALS:-20}
@@ -70,6 +83,11 @@ bench: install ## inference speed of the champion (plans/s, graph building inclu
 
 serve: install ## HTTP service on 127.0.0.1:$(PORT) for $(MODEL) (docs at /docs)
 	$(PY) -m serve serve --port $(PORT) --model $(MODEL)
+
+# MLflow's own scoring server runs `uvicorn` by name: the virtualenv's bin goes first on PATH
+mlflow-serve: install ## MLflow's scoring server for $(MODEL) on 127.0.0.1:$(PORT) (POST /invocations)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/mlflow models serve -m $(MODEL) --env-manager local \
+	    --host 127.0.0.1 --port $(PORT)
 
 search: install ## plan search through the surrogate: WORKLOAD=file.json CLUSTER=preset|json [NODES= OBJECTIVE= TRIALS= FRAMEWORK=]
 	$(PY) -m serve search --workload $(WORKLOAD) --cluster '$(CLUSTER)' --nodes $${NODES:-1} \
