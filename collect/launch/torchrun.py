@@ -3,7 +3,7 @@
     torchrun --nproc_per_node 8 --nnodes 4 ... -m collect sweep SWEEP.yaml
 
 ``python -m collect sweep`` lands here when torchrun's environment is set. Every
-rank walks the same schedule (plans of this job's world size only), measures
+rank walks the same schedule (plans of this job's world size and ranks per node only), measures
 with the same ``measure_on_rank`` as the local pool, and rank 0 gathers the
 per-rank outcomes and appends rows. On GPUs the job first takes its fingerprint
 on its own devices (``fingerprint_on_ranks``: on one GPU, matmuls, a copy and the
@@ -18,6 +18,7 @@ run records it as an error and moves on. Restart the job (``srun`` again, or
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import os
@@ -38,7 +39,7 @@ from collect.launch.result import RankOutcome, build_row, combine_ranks
 from collect.measure.plan import measure_on_rank
 from collect.measure.trainer import TORCH_DTYPES
 from collect.schema import RunSpec
-from collect.store import ResultStore
+from collect.store import ResultStore, StoreBusyError
 from collect.sweep import SweepSpec, all_points, measurement_id, schedule_measurements
 
 
@@ -96,10 +97,27 @@ def run_under_torchrun(
     job = _Job(
         spec, ResultStore(Path(out_dir) / f"{spec.name}.parquet"), device, dist.get_rank(), dist.get_world_size()
     )
-    if device.type == "cuda":  # a GPU job fingerprints its machine; CPU jobs (the tests) leave data/hardware alone
-        mine = [p for p in (spec.points or all_points(spec)) if p.cluster.world_size == job.world]
+    with contextlib.ExitStack() as lock:
+        refusal = None
+        if job.rank == 0:  # one job per output, as the local pool: a second would measure the same plans again
+            try:
+                lock.enter_context(job.store.writing())
+            except StoreBusyError as exc:
+                refusal = str(exc)
+        refusal = job._from_rank0(refusal)
+        if refusal:
+            dist.destroy_process_group()
+            raise StoreBusyError(refusal)
+        _run_job(job, spec, limit, surrogate, hardware_dir)
+    dist.destroy_process_group()
+    return job.counts if job.rank == 0 else None
+
+
+def _run_job(job: _Job, spec: SweepSpec, limit: int | None, surrogate, hardware_dir: str | Path) -> None:
+    if job.device.type == "cuda":  # a GPU job fingerprints its machine; CPU jobs (the tests) leave data/hardware alone
+        mine = [p for p in (spec.points or all_points(spec)) if job.runs(p)]
         job.fingerprint_id = fingerprint_on_ranks(
-            device, largest_message([(p,) for p in mine]) if mine else MAX_MESSAGE_BYTES, hardware_dir,
+            job.device, largest_message([(p,) for p in mine]) if mine else MAX_MESSAGE_BYTES, hardware_dir,
             blocks=spec.profile_blocks, dtype=TORCH_DTYPES[mine[0].workload.dtype] if mine else torch.float32,
             device_kind=spec.device_kind,
         )  # fmt: skip
@@ -114,8 +132,6 @@ def run_under_torchrun(
         job.run_scheduled(limit)
     if job.rank == 0:
         job.store.compact()
-    dist.destroy_process_group()
-    return job.counts if job.rank == 0 else None
 
 
 @dataclass
@@ -131,6 +147,16 @@ class _Job:
     fingerprint_id: str | None = None
 
     @property
+    def per_node(self) -> int:
+        """Ranks on each node of this launch (torchrun's --nproc_per_node)."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+
+    def runs(self, point: RunSpec) -> bool:
+        """Whether this job measures the plan: its world size and its devices per node are the launch's, so that
+        a row's nodes and devices_per_node say how it ran (2 nodes x 1 rank is not 1 node x 2 ranks)."""
+        return point.cluster.world_size == self.world and point.cluster.devices_per_node == self.per_node
+
+    @property
     def inflight(self) -> Path:
         return self.store.parquet_path.with_suffix(".inflight")
 
@@ -140,11 +166,13 @@ class _Job:
             df = self.store.load()
             # Errors count as done here: a plan that killed the job would kill it again.
             done = set(df["measurement_id"]) if len(df) else set()
-            todo = [
-                m
-                for m in schedule_measurements(self.spec)
-                if m[0].cluster.world_size == self.world and measurement_id(m[0], m[1]) not in done
-            ][:limit]
+            schedule = schedule_measurements(self.spec)
+            todo = [m for m in schedule if self.runs(m[0]) and measurement_id(m[0], m[1]) not in done][:limit]
+            elsewhere = sum(m[0].cluster.world_size == self.world and not self.runs(m[0]) for m in schedule)
+            if elsewhere:
+                print(f"{self.spec.name}: {elsewhere} plans of world size {self.world} lay out their ranks over other "
+                      f"nodes than this launch's {self.per_node} per node: set devices_per_node in the sweep to match "
+                      "--nproc_per_node", flush=True)  # fmt: skip
         todo = self._from_rank0(todo)
         for point, repeat_index, group in todo:
             self.measure(point, f"[{len(todo)}]", repeat_index, repeat_group=group)
@@ -152,7 +180,7 @@ class _Job:
     def run_active(self, surrogate: Callable[[str], Surrogate], limit: int | None) -> None:
         loop = None
         if self.rank == 0:
-            mine = [p for p in all_points(self.spec) if p.cluster.world_size == self.world]
+            mine = [p for p in all_points(self.spec) if self.runs(p)]
             loop = ActiveLoop(self.spec, mine, surrogate(self.spec.device_kind), self.store.load().to_dict("records"))
         measured = 0
         while limit is None or measured < limit:
@@ -175,8 +203,10 @@ class _Job:
     def measure(self, point: RunSpec, progress: str, repeat_index: int = 0, **extra) -> dict | None:
         """Measure one plan on every rank; rank 0 stores and returns its row."""
         mid = measurement_id(point, repeat_index)
-        if self.rank == 0:
-            self.inflight.write_text(mid)
+        if self.rank == 0:  # whole or absent: a kill mid-write must not leave an empty marker
+            partial = self.inflight.with_suffix(".inflight.tmp")
+            partial.write_text(mid)
+            os.replace(partial, self.inflight)
         start = time.perf_counter()
         outcome = _measure(point, self.device, self.spec)
         gathered = [None] * self.world if self.rank == 0 else None
@@ -218,6 +248,9 @@ def _record_crashed_plan(store: ResultStore, inflight: Path, spec: SweepSpec) ->
     if not inflight.exists():
         return
     mid = inflight.read_text().strip()
+    if not mid or mid in store.done_ids():  # stored before the job died (between the append and the unlink)
+        inflight.unlink()
+        return
     store.append(
         {
             "measurement_id": mid,
