@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from collect.schema import RunSpec
@@ -29,11 +31,32 @@ def spec_factory():
 @pytest.fixture(scope="session")
 def vtrain_dataset(tmp_path_factory):
     """The graph dataset over the shipped vTrain rows, built once into a temporary cache."""
-    from pathlib import Path
-
     from gnn.dataset.graphs import PlanGraphs
 
     repo = Path(__file__).resolve().parents[1]
     root = tmp_path_factory.mktemp("data")
     (root / "hardware").symlink_to(repo / "data" / "hardware")
     return PlanGraphs(root=root, runs=[repo / "data" / "runs" / "vtrain-a100.parquet"])
+
+
+@pytest.fixture(scope="session")
+def predictor_path(vtrain_dataset, tmp_path_factory):
+    """A small ensemble trained on the shipped A100 rows, saved to a file: the serve and engine tests' model."""
+    from gnn.dataset.splits import named_splits
+    from gnn.inference.coverage import training_range
+    from gnn.inference.predictor import BatchPredictor
+    from gnn.predictors.surrogate import TrainConfig, train_ensemble
+
+    repo = Path(__file__).resolve().parents[1]
+    parts = named_splits(vtrain_dataset.meta)["a100/random"]
+    small = {k: v[:200] for k, v in parts.items()}
+    cfg = TrainConfig(max_epochs=4, hidden=16, num_layers=2, batch_size=32, members=2)
+    ensemble = train_ensemble(vtrain_dataset, small, cfg, progress=False)
+    path = tmp_path_factory.mktemp("model") / "predictor.pt"
+    info = {
+        "name": "test-model",
+        "split": "a100/random",
+        "trained_range": training_range(vtrain_dataset.meta.loc[small["train"]]),
+    }
+    BatchPredictor(ensemble, repo / "data" / "hardware", info).save(path)
+    return path

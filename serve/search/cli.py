@@ -19,6 +19,7 @@ from serve.cli import RequestError, load_request
 from serve.schemas import SearchRequest
 from serve.search.plots import plot_search
 from serve.search.report import print_table
+from serve.search.storage import StorageUnavailable
 from serve.search.study import DEFAULT_STORAGE, SearchRefused, search
 
 
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
     except SearchRefused as e:
         raise RequestError(f"error: {e}") from None
+    except StorageUnavailable as e:  # not a usage error (status 1): the database named is down or unreachable
+        raise SystemExit(f"error: {e}") from None
     print_table(response)
     if args.plot:
         print(f"plot: {plot_search(response, args.plot)}")

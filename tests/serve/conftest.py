@@ -1,4 +1,4 @@
-"""A small trained predictor on the shipped A100 rows, saved to disk, and a real server process over it."""
+"""A real server process over the small trained predictor (tests/conftest.py: predictor_path)."""
 
 import socket
 import subprocess
@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gnn.dataset.splits import named_splits
-from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
-from gnn.predictors.surrogate import TrainConfig, train_ensemble
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = {
@@ -26,22 +23,6 @@ WORKLOAD = {
     "dtype": "bfloat16",
 }
 CLUSTER = {"preset": "a100-80gb", "devices_per_node": 4}
-
-
-@pytest.fixture(scope="session")
-def predictor_path(vtrain_dataset, tmp_path_factory) -> Path:
-    parts = named_splits(vtrain_dataset.meta)["a100/random"]
-    small = {k: v[:200] for k, v in parts.items()}
-    cfg = TrainConfig(max_epochs=4, hidden=16, num_layers=2, batch_size=32, members=2)
-    ensemble = train_ensemble(vtrain_dataset, small, cfg, progress=False)
-    path = tmp_path_factory.mktemp("model") / "predictor.pt"
-    info = {
-        "name": "test-model",
-        "split": "a100/random",
-        "trained_range": training_range(vtrain_dataset.meta.loc[small["train"]]),
-    }
-    BatchPredictor(ensemble, REPO / "data" / "hardware", info).save(path)
-    return path
 
 
 @pytest.fixture(scope="session")
