@@ -1,5 +1,6 @@
-"""The model registry and its champion policy: a new model is registered, and made champion, only if it beats
-the champion on the validation selection metric, re-scored under the current features when they changed.
+"""The model registry and its champion policy: every model trained on the serving split is registered as a version,
+and made champion only if it beats the champion on the validation selection metric, re-scored under the current
+features when they changed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from gnn.tracking.scoring import ensemble_records, selection_value
 
 MODEL_NAME = "plansight"
 CHAMPION = "champion"
+FEATURES = "feature_version"  # a version's tag: the dataset and graph code it was scored under (its metric's meaning)
+SETTLE_READS = 20  # each read either finds the alias settled or moves it to a better version: few are needed
 
 
 def champion_metric(metric: str) -> float | None:
@@ -72,17 +75,46 @@ def _input_dims(ensemble) -> tuple[int, int]:
     return model.node_norm.mean.numel(), model.global_norm.mean.numel()
 
 
-def register_if_better(
-    model_uri: str, metric: str, value: float, allow_equal: bool = False, current: float | None = None
-) -> bool:
-    """Register the model and make it champion only if it beats the current one (lower is better).
+def register(
+    model_uri: str, metric: str, value: float, feature_version: str, allow_equal: bool = False,
+    current: float | None = None,
+) -> bool:  # fmt: skip
+    """Register the model as a new version, whatever its score, and make it champion if it beats the champion
+    (lower is better). Returns whether it is the champion once the alias settled.
 
+    Trainings may register at once (several processes on one tracking server): each, after registering, points
+    the alias at the best version it can see and reads again until what it reads agrees with the alias, so the
+    last to look leaves it on the best of all (a rival that registers later settles it again itself). Versions
+    compete on their recorded ``metric`` when their features are this one's (``feature_version``); the champion
+    the training started with, at ``current`` (its value re-scored under these features, else its record).
     ``allow_equal``: a re-calibrated copy of the champion (same predictions, new intervals) may replace it.
-    ``current``: the champion's value if already known (re-scored), else its recorded ``metric``.
     """
-    current = champion_metric(metric) if current is None else current
-    if current is not None and (value > current or (value == current and not allow_equal)):
-        return False
-    version = mlflow.register_model(model_uri, MODEL_NAME)
-    mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, CHAMPION, version.version)
-    return True
+    client = mlflow.MlflowClient()
+    start = _champion(client)
+    if current is None and start is not None:
+        current = client.get_run(start.run_id).data.metrics.get(metric)
+    tags = {metric: repr(float(value)), FEATURES: feature_version}
+    mine = str(mlflow.register_model(model_uri, MODEL_NAME, tags=tags).version)  # an int or a str, by store
+    for _ in range(SETTLE_READS):
+        champion = _champion(client)
+        held = None if champion is None else str(champion.version)
+        scores = {
+            str(v.version): float(v.tags[metric])
+            for v in client.search_model_versions(f"name='{MODEL_NAME}'")
+            if v.tags.get(FEATURES) == feature_version and metric in v.tags
+        }
+        if held is not None and held not in scores:
+            scores[held] = float("inf") if current is None else current
+        incumbent = mine if allow_equal else held
+        best = min(scores, key=lambda v: (scores[v], v != incumbent, int(v)))
+        if best == held:
+            return best == mine
+        client.set_registered_model_alias(MODEL_NAME, CHAMPION, best)
+    raise RuntimeError(f"the {CHAMPION} alias of {MODEL_NAME} kept moving over {SETTLE_READS} reads")
+
+
+def _champion(client: mlflow.MlflowClient):
+    try:
+        return client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        return None

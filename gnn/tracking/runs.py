@@ -7,8 +7,11 @@ Set MLFLOW_TRACKING_URI to use a team server. Open the local UI with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -22,13 +25,48 @@ from gnn.inference.predictor import BatchPredictor
 from gnn.tracking.model_cache import tracking_uri
 from gnn.tracking.plots import scatter
 from gnn.tracking.pyfunc import log_model
-from gnn.tracking.registry import champion_selection_now, register_if_better
+from gnn.tracking.registry import champion_selection_now, register
 from gnn.tracking.scoring import ensemble_records, metrics_of, selection_value
 
 
+class TrackingUnavailable(RuntimeError):
+    """The MLflow tracking server does not answer (stopped, or unreachable); the message says which, in one line."""
+
+
+# MLflow retries a request 7 times with doubling waits (minutes in all) before it gives up on a server that is
+# down; three tries say so within seconds. A user's own setting wins.
+HTTP_RETRIES = "3"
+
+
 def setup(experiment: str = "plansight") -> None:
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(experiment)
+    uri = tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
+    mlflow.set_tracking_uri(uri)
+    with answering():
+        mlflow.set_experiment(experiment)
+
+
+@contextlib.contextmanager
+def answering():
+    """Raise TrackingUnavailable, naming the server and the cause, when a tracking call fails because its HTTP server
+    does not answer; any other failure (or a local store's) is raised as it is."""
+    try:
+        yield
+    except (mlflow.exceptions.MlflowException, OSError) as exc:
+        uri = tracking_uri()
+        if not uri.startswith(("http://", "https://")) or _answers(uri):
+            raise
+        cause = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise TrackingUnavailable(f"the MLflow tracking server at {uri} does not answer ({cause})") from None
+
+
+def _answers(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 def dataset_version(paths) -> str:
@@ -52,8 +90,8 @@ def log_surrogate(
 ) -> str:
     """One MLflow run: params, dataset version, metrics per part / domain / target, plots, tables, the model.
 
-    Registered (and aliased champion) only if it beats the champion on validation; by default only models
-    trained on the serving split compete, since another split's validation rows are not comparable.
+    Registered as a version, and aliased champion only if it beats the champion on validation; by default only
+    models trained on the serving split are registered, since another split's validation rows are not comparable.
     """
     register = split == SERVING_SPLIT if register is None else register
     records, frames = ensemble_records(ensemble, ds, parts, split)
@@ -112,13 +150,7 @@ def log_surrogate(
             },
         )
         info = log_model(predictor, ds.meta.loc[parts["val"][:2]])
-        registered = register and register_if_better(
-            info.model_uri,
-            "val_selection",
-            value,
-            allow_equal=recalibrated,
-            current=champion_selection_now(ds, parts, split),
-        )
+        champion = register and _register(info.model_uri, value, ds, parts, split, recalibrated)
     test_time = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "time"}
     test_mem = {r["domain"]: r["mape"] for r in records if r["part"] == "test" and r["target"] == "memory"}
     return (
@@ -127,5 +159,10 @@ def log_surrogate(
         + "; test memory MAPE "
         + ", ".join(f"{d} {v:.1%}" for d, v in test_mem.items())
         + f"; run {run.info.run_id}; "
-        + ("registered as champion" if registered else "not registered")
+        + ("not registered" if not register else "registered as champion" if champion else "registered, not champion")
     )
+
+
+def _register(model_uri: str, value: float, ds, parts: dict, split: str, recalibrated: bool) -> bool:
+    current = champion_selection_now(ds, parts, split)
+    return register(model_uri, "val_selection", value, ds.key, allow_equal=recalibrated, current=current)

@@ -149,20 +149,26 @@ def test_champion_is_rescored_when_the_graph_code_changed(
     assert "reads another graph format" in capsys.readouterr().out
 
 
-def test_champion_is_replaced_only_by_a_better_model(tracking):
-    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register_if_better
+def test_every_model_is_a_version_and_only_a_better_one_becomes_champion(tracking):
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register
 
     with mlflow.start_run() as run:
         mlflow.log_metric("val_selection", 0.5)
         info = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
-    assert register_if_better(info.model_uri, "val_selection", 0.5)
-    assert not register_if_better(info.model_uri, "val_selection", 0.6)
+    assert register(info.model_uri, "val_selection", 0.5, "features-a")
+    assert not register(info.model_uri, "val_selection", 0.6, "features-a")
     with mlflow.start_run():
         mlflow.log_metric("val_selection", 0.4)
         better = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
-    assert register_if_better(better.model_uri, "val_selection", 0.4)
-    champion = mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, CHAMPION)
-    assert int(champion.version) == 2 and champion.run_id != run.info.run_id
+    assert register(better.model_uri, "val_selection", 0.4, "features-a")
+    client = mlflow.MlflowClient()
+    champion = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
+    assert int(champion.version) == 3 and champion.run_id != run.info.run_id
+    assert len(client.search_model_versions(f"name='{MODEL_NAME}'")) == 3
+    # under other features a version's record means nothing: it competes with the champion's re-scored value
+    assert not register(info.model_uri, "val_selection", 0.3, "features-b", current=0.2)
+    assert register(info.model_uri, "val_selection", 0.25, "features-b", current=0.35)
+    assert str(client.get_model_version_by_alias(MODEL_NAME, CHAMPION).version) == "5"
 
 
 class _Constant(mlflow.pyfunc.PythonModel):
