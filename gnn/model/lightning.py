@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -60,20 +62,30 @@ class Surrogate(L.LightningModule):
         # On log targets, L1 is the error MAPE measures to first order, and it does not chase the heavy tail of
         # timings disturbed by contention (the noise floor's mean is 3x its median).
         regression = F.l1_loss if self.hparams.loss == "l1" else F.mse_loss
+        # Under DDP the epoch means of val/test metrics are reduced over the ranks (a no-op in one process), so early
+        # stopping and the checkpoint judge all validation rows, the same value on every rank. Unreduced, each rank
+        # judges its own shard: Lightning keeps a checkpoint only if every rank improved and stops when any one
+        # stalls (measured: 0.071 vs 0.064 on the two halves), and best_val_mape is rank 0's half. Training metrics
+        # are per step, never reduced.
+        log = partial(self.log, sync_dist=stage != "train")
         loss = regression(out[:, 0], y[:, 0])
         time_mape = (torch.exp(out[:, 0] - y[:, 0]) - 1).abs().mean()
-        self.log(f"{stage}_time_mape", time_mape, batch_size=y.shape[0], prog_bar=stage == "val")
+        log(f"{stage}_time_mape", time_mape, batch_size=y.shape[0], prog_bar=stage == "val")
         has_mem = ~torch.isnan(y[:, 1])
-        mem_mape = torch.zeros(())
-        if has_mem.any():
-            n_mem = int(has_mem.sum())
+        n_mem = int(has_mem.sum())
+        mem_mape = torch.zeros((), device=out.device)
+        if n_mem:
             loss = loss + self.hparams.memory_weight * regression(out[has_mem, 1], y[has_mem, 1])
             loss = loss + OOM_WEIGHT * F.binary_cross_entropy_with_logits(out[has_mem, 2], batch.oom[has_mem])
             mem_mape = (torch.exp(out[has_mem, 1] - y[has_mem, 1]) - 1).abs().mean()
-            self.log(f"{stage}_mem_mape", mem_mape, batch_size=n_mem, prog_bar=stage == "val")
+        if n_mem or stage != "train":
+            # val/test log it on every batch, weighted by its memory rows (0 without any): the reduced metrics are
+            # all-reduced one by one in the order first logged, so a rank whose shard starts without memory rows
+            # would otherwise pair its val_mape with another rank's val_mem_mape. NaN where no row has memory.
+            log(f"{stage}_mem_mape", mem_mape, batch_size=n_mem, prog_bar=stage == "val")
         # the selection metric (early stopping, checkpoint, tuning, champion): both targets count
-        self.log(f"{stage}_mape", time_mape + mem_mape, batch_size=y.shape[0])
-        self.log(f"{stage}_loss", loss, batch_size=y.shape[0])
+        log(f"{stage}_mape", time_mape + mem_mape, batch_size=y.shape[0])
+        log(f"{stage}_loss", loss, batch_size=y.shape[0])
         return loss
 
     def training_step(self, batch, batch_idx):

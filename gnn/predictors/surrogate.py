@@ -88,13 +88,14 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
 
 
 def fit(ds: PlanGraphs, parts: dict, cfg: TrainConfig, callbacks=(), logger=False, **trainer_kwargs) -> Surrogate:
-    """One member: trained on parts["train"], early-stopped and checkpoint-selected on parts["val"]."""
+    """One member: trained on parts["train"], early-stopped and checkpoint-selected on parts["val"]. Under DDP every
+    rank calls it with the same arguments and returns the same member."""
+    # the same seed on every rank: the same initial weights (DDP would broadcast rank 0's anyway) and, through
+    # PL_GLOBAL_SEED, the same shuffle in the DistributedSampler Lightning puts into the loaders
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = build_module(ds, cfg, parts["train"])
-    data = LightningDataset(
-        ds[torch.as_tensor(parts["train"])], ds[torch.as_tensor(parts["val"])], batch_size=cfg.batch_size, num_workers=0
-    )
     with tempfile.TemporaryDirectory() as ckpt_dir:
+        # under DDP ModelCheckpoint broadcasts rank 0's dirpath: every rank reads rank 0's folder
         best = ModelCheckpoint(dirpath=ckpt_dir, monitor=SELECTION_METRIC, mode="min")
         trainer = L.Trainer(
             max_epochs=cfg.max_epochs,
@@ -105,12 +106,37 @@ def fit(ds: PlanGraphs, parts: dict, cfg: TrainConfig, callbacks=(), logger=Fals
             enable_progress_bar=False,
             **trainer_kwargs,
         )
+        # Lightning puts a DistributedSampler into both loaders, so each of the N ranks takes 1/N of the graphs per
+        # epoch; with batch_size // N each, DDP's gradient average is the mean over cfg.batch_size graphs, as in one
+        # process: a DDP member is the same optimisation (steps per epoch, lr, noise of a step), only split.
+        data = LightningDataset(
+            ds[torch.as_tensor(parts["train"])],
+            ds[torch.as_tensor(parts["val"])],
+            batch_size=max(1, cfg.batch_size // trainer.world_size),
+            num_workers=0,
+        )
         trainer.fit(module, datamodule=data)
+        _check_same_on_every_rank(module, trainer, "trained")  # DDP averaged the gradients of every step
         if best.best_model_path:
             module.load_state_dict(torch.load(best.best_model_path, weights_only=False)["state_dict"])
+        # every rank should load rank 0's file of the same epoch (Lightning makes the keep decision unanimous)
+        _check_same_on_every_rank(module, trainer, "kept")
+        # rank 0 deletes the folder on leaving this block: not before every rank has read the best checkpoint
+        trainer.strategy.barrier()
     module.best_val_mape = float(best.best_model_score) if best.best_model_score is not None else float("nan")
     module.epochs_trained = trainer.current_epoch
     return module.eval()
+
+
+def _check_same_on_every_rank(module: Surrogate, trainer: L.Trainer, what: str) -> None:
+    """Raise on every rank if the ranks' members differ (cheap: one all-gather of a checksum per tensor)."""
+    if trainer.world_size == 1:
+        return
+    sums = torch.stack([t.detach().double().sum() for t in module.state_dict().values()]).to(module.device)
+    gathered = [torch.empty_like(sums) for _ in range(trainer.world_size)]
+    torch.distributed.all_gather(gathered, sums)
+    if any(not torch.equal(g, sums) for g in gathered):
+        raise RuntimeError(f"the DDP ranks {what} different members")
 
 
 def train_ensemble(
