@@ -2,6 +2,7 @@
 registers through it, the service answers from the champion it holds, two trainings registering at once both
 land, and a server that stops mid-training is a clear error that registers nothing."""
 
+import contextlib
 import json
 import os
 import signal
@@ -68,6 +69,19 @@ def test_make_train_logs_and_registers_on_the_server_and_the_service_answers_fro
         server.stop()
 
 
+@contextlib.contextmanager
+def _pointed_at(url: str):
+    """This process's MLflow tracking and registry at ``url`` for a while (other tests set them to their own stores)."""
+    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(url)
+    mlflow.set_registry_uri(url)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before[0])
+        mlflow.set_registry_uri(before[1])
+
+
 def _mlflow_models_serve_answers(url: str, tmp_path: Path) -> None:
     """The README's `make mlflow-serve`: MLflow's own scoring server, answering its own input example over HTTP."""
     port = free_port()
@@ -75,7 +89,8 @@ def _mlflow_models_serve_answers(url: str, tmp_path: Path) -> None:
                                stdout=open(tmp_path / "mlflow-serve.log", "w"), stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
     try:
-        example = mlflow.artifacts.download_artifacts(f"models:/{MODEL_NAME}@{CHAMPION}", tracking_uri=url)
+        with _pointed_at(url):  # a models:/ URI is resolved through the registry URI, not the tracking_uri argument
+            example = mlflow.artifacts.download_artifacts(f"models:/{MODEL_NAME}@{CHAMPION}")
         body = (Path(example) / "serving_input_example.json").read_bytes()
         deadline, answer = time.monotonic() + 240, None
         while answer is None and time.monotonic() < deadline and serving.poll() is None:

@@ -131,7 +131,8 @@ def test_without_a_compiler_one_line_says_what_to_install_and_peaks_fall_back(tm
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("note: cannot build the CPU counting allocator"), proc.stderr
-    assert "apt-get install g++" in lines[0] and "pip install ninja" in lines[0]
+    # the venv's pinned ninja is found off PATH, so only the compiler is missing
+    assert "apt-get install g++" in lines[0] and "pip install ninja" not in lines[0]
     out = json.loads(proc.stdout)
     assert out["method"] == CPU_FALLBACK_METHOD != PEAK_MEM_METHODS["cpu"]
     assert out["peak"] >= 2**26
