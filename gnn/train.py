@@ -1,4 +1,4 @@
-"""Train the GNN surrogate ensemble on a named split, track it in MLflow, register it if it is better.
+"""Train the GNN surrogate ensemble on a named split, track it in MLflow, register it (champion if it is better).
 
     python -m gnn.train [--split all/random] [--members 3] [--max-epochs 80] [--no-physics] [--no-checks]
                         [--data DATA_ROOT] [--accelerator cpu|gpu --devices 2 --strategy ddp]

@@ -40,7 +40,7 @@ HTTP_RETRIES = "3"
 
 def setup(experiment: str = "plansight") -> None:
     uri = tracking_uri()
-    if uri.startswith(("http://", "https://")):
+    if _remote(uri):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
     mlflow.set_tracking_uri(uri)
     with answering():
@@ -55,10 +55,14 @@ def answering():
         yield
     except (mlflow.exceptions.MlflowException, OSError) as exc:
         uri = tracking_uri()
-        if not uri.startswith(("http://", "https://")) or _answers(uri):
+        if not _remote(uri) or _answers(uri):
             raise
         cause = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise TrackingUnavailable(f"the MLflow tracking server at {uri} does not answer ({cause})") from None
+
+
+def _remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
 
 
 def _answers(uri: str) -> bool:

@@ -108,11 +108,9 @@ def study_name(request: SearchRequest, predictor: BatchPredictor) -> str:
     return f"search-{request.objective}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def make_study(request: SearchRequest, name: str, storage) -> optuna.Study:
+def make_study(request: SearchRequest, name: str, storage: optuna.storages.BaseStorage | None) -> optuna.Study:
     """Infeasible plans are constraints (each trial sets its own, Trial.set_constraint), not dropped trials.
-    ``storage``: a URL, or a storage opened by serve.search.storage.open_storage."""
-    if storage is None or isinstance(storage, str):
-        storage = stored.open_storage(storage)
+    ``storage``: opened by serve.search.storage.open_storage (None: in memory)."""
     directions = ["minimize"] if request.objective == "time" else ["minimize", "minimize"]
     return optuna.create_study(
         study_name=name,
