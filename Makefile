@@ -11,7 +11,7 @@ MODEL  ?= models:/plansight@champion
 WORKLOAD ?= experiments/requests/gpt-20l-1536.json
 CLUSTER  ?= a100-80gb
 .PHONY: help install engines lint test test-unit test-collect test-gnn test-serve test-engines collect dataset evaluate \
-        train tune bench serve mlflow-serve search render demo clean
+        train ship-champion tune bench serve mlflow-serve search render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ evaluate: install ## every predictor on every split: prints the table, writes ex
 
 train: install ## train the GNN ensemble on all/random, log to MLflow (MLFLOW_TRACKING_URI; sqlite:///mlflow.db) [TRAIN_ARGS=]
 	$(PY) -m gnn.train $(TRAIN_ARGS)
+
+ship-champion: install ## write $(MODEL) to models/champion (weights, data/code versions, reference predictions)
+	$(PY) -m gnn.tracking.shipped export --model $(MODEL)
 
 tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)
 	$(PY) -m gnn.tune --trials $${TRIALS:-20}

@@ -3,8 +3,9 @@
     python -m experiments.demo        (make demo)
 
 1. The surrogate: the registered champion (models:/plansight@champion in the
-   local MLflow store), or, on a fresh clone, a new ensemble trained on the
-   shipped runs (all/random split, a few minutes), tracked and registered.
+   local MLflow store); on a fresh clone the one shipped in models/champion,
+   registered first; only when that one reads other features than this code
+   makes, a new ensemble trained on the shipped runs (all/random, minutes).
 2. Its accuracy on the held-out test rows beside the baselines, per hardware
    domain, with the measured noise floor (all splits: `make evaluate`).
 3. A plan search for a workload that was never measured (a 20-layer,
@@ -46,8 +47,8 @@ def champion_or_train(ds, parts, max_epochs: int):
     except ValueError:
         pass
     print(
-        "[1/3] no usable champion (none registered, or saved in an older format): training the ensemble on the "
-        "shipped runs (all/random)"
+        "[1/3] no usable champion (none registered, and the shipped one does not match this code's features): "
+        "training the ensemble on the shipped runs (all/random)"
     )
     cfg = TrainConfig(max_epochs=max_epochs)
     start = time.perf_counter()

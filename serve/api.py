@@ -14,13 +14,22 @@ from collect.schema import RunSpec
 from gnn.inference.predictor import POINT_COLUMNS, BatchPredictor
 from gnn.inference.probe import MachineCorrection, fit_correction, load_probe, probe_path
 from gnn.tracking.model_cache import load_model
+from gnn.tracking.shipped import CHAMPION_URI, local_store, register_shipped
 from serve.schemas import PlanPrediction, PredictRequest, PredictResponse
 
 PROBE_CACHE = 16  # probes' corrections kept per predictor
 
 
 def load_predictor(source: str) -> BatchPredictor:
-    """Setup: a saved predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model)."""
+    """Setup: a saved predictor.pt, or any MLflow model URI (models:/name@alias, models:/name/3, runs:/id/model).
+
+    Without a usable champion in the embedded store (a fresh clone), the champion shipped in models/champion is
+    registered there first, if it reads this code's features (gnn.tracking.shipped); never into a team server."""
+    try:
+        return load_model(source)
+    except ValueError:
+        if source != CHAMPION_URI or not local_store() or not register_shipped():
+            raise
     return load_model(source)
 
 

@@ -1,5 +1,5 @@
-"""A training run in MLflow: its parameters, metrics, plots and model. Embedded default: sqlite:///mlflow.db in
-the repo root.
+"""A training run in MLflow: its parameters, metrics, plots (predicted vs measured, the picture people look at
+before the table) and model. Embedded default: sqlite:///mlflow.db in the repo root.
 
 Set MLFLOW_TRACKING_URI to use a team server. Open the local UI with
 ``.venv/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db``.
@@ -14,7 +14,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import matplotlib
 import mlflow
+import numpy as np
 import pandas as pd
 
 from gnn.dataset.features import EDGE_DIM, NODE_FEATURES
@@ -23,10 +25,12 @@ from gnn.graph.table import EDGE_KINDS
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.tracking.model_cache import tracking_uri
-from gnn.tracking.plots import scatter
 from gnn.tracking.pyfunc import log_model
 from gnn.tracking.registry import champion_selection_now, register
 from gnn.tracking.scoring import ensemble_records, metrics_of, selection_value
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 class TrackingUnavailable(RuntimeError):
@@ -170,3 +174,42 @@ def log_surrogate(
 def _register(model_uri: str, value: float, ds, parts: dict, split: str, recalibrated: bool) -> bool:
     current = champion_selection_now(ds, parts, split)
     return register(model_uri, "val_selection", value, ds.key, allow_equal=recalibrated, current=current)
+
+
+TARGETS = (
+    ("iter_time_s", "pred_time_s", "iteration time (s)"),
+    ("peak_mem_bytes", "pred_mem_bytes", "peak memory (B)"),
+)
+
+
+def scatter(rows: pd.DataFrame, pred: pd.DataFrame, title: str, path: str | Path) -> Path:
+    """Log-log predicted vs measured, one panel per target, with the +-10% band."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, (true_col, pred_col, label) in zip(axes, TARGETS):
+        true, est = rows[true_col].to_numpy(dtype=float), pred[pred_col].to_numpy(dtype=float)
+        ok = np.isfinite(true) & np.isfinite(est) & (true > 0)
+        if not ok.any():
+            ax.set_visible(False)
+            continue
+        oom = (rows["status"] == "oom").to_numpy()[ok]
+        ax.scatter(true[ok][~oom], est[ok][~oom], s=6, alpha=0.5, label="ok")
+        ax.scatter(true[ok][oom], est[ok][oom], s=6, alpha=0.5, c="tab:red", label="oom")
+        lo, hi = min(true[ok].min(), est[ok].min()), max(true[ok].max(), est[ok].max())
+        line = np.array([lo, hi])
+        ax.plot(line, line, "k-", lw=0.8)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="+-10%")
+        ape = np.abs(est[ok] / true[ok] - 1)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=f"measured {label}",
+            ylabel=f"predicted {label}",
+            title=f"MAPE {ape.mean():.1%}, median {np.median(ape):.1%}, n={ok.sum()}",
+        )
+        ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
