@@ -10,7 +10,7 @@ PORT   ?= 8000
 MODEL  ?= models:/plansight@champion
 WORKLOAD ?= experiments/requests/gpt-20l-1536.json
 CLUSTER  ?= a100-80gb
-.PHONY: help install engines lint test test-unit test-collect test-gnn test-serve test-engines collect dataset evaluate \
+.PHONY: help install engines browser lint test test-unit test-collect test-gnn test-serve test-engines collect dataset evaluate \
         train ship-champion tune bench serve mlflow-serve search render demo clean
 
 help: ## list targets
@@ -32,17 +32,24 @@ lint: install ## ruff: the checks and the formatting configured in pyproject.tom
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# what tests/engines starts besides the virtualenv: PostgreSQL is on these machines; SLURM is installed here
-ENGINE_PACKAGES := slurm-wlm munge
-engines: ## install SLURM and munge for tests/engines (apt-get, as root); without them those tests skip, saying why
-	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+# what the tests start besides the virtualenv, from Debian's archive when root (else those tests skip, saying why):
+# $(call apt_install,commands,packages,which tests)
+define apt_install
+	@if $(foreach c,$(1),command -v $(c) >/dev/null &&) true; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(ENGINE_PACKAGES) >/dev/null) \
-	  || echo "engines: apt-get could not install $(ENGINE_PACKAGES): the SLURM tests will skip"; \
-	else echo "engines: no slurmctld or munged, and not root with apt-get: the SLURM tests will skip" \
-	  "(apt-get install $(ENGINE_PACKAGES))"; fi
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null) \
+	  || echo "apt-get could not install $(2): $(3) will skip"; \
+	else echo "no $(1), and not root with apt-get: $(3) will skip (apt-get install $(2))"; fi
+endef
 
-test: install engines ## run the whole test suite (tests/engines starts its own SLURM, PostgreSQL and MLflow server)
+# PostgreSQL is on these machines; SLURM is installed here
+engines: ## install SLURM and munge for tests/engines (apt-get, as root); without them those tests skip, saying why
+	$(call apt_install,slurmctld munged,slurm-wlm munge,the SLURM tests)
+
+browser: ## install Debian's chromium for tests/explorer (apt-get, as root); Playwright (pinned) drives it
+	$(call apt_install,chromium,chromium,the browser tests)
+
+test: install engines browser ## run the whole test suite (tests/engines starts its own SLURM, PostgreSQL and MLflow server)
 	$(PY) -m pytest tests -q
 
 test-unit: install ## fast single-process tests only

@@ -5,7 +5,8 @@
 POST /predict takes and returns what `python -m serve predict` does; POST
 /search runs a plan search (in memory; the CLI keeps studies in RDB storage);
 GET /health; GET /model names the loaded model, its version and validation
-metrics. OpenAPI docs at /docs. Invalid requests get 422 naming the field and
+metrics; GET / is the plan explorer, a page in the browser (serve/page.py).
+OpenAPI docs at /docs. Invalid requests get 422 naming the field and
 the rule (never echoing the body), and requests whose estimated work is over the
 budget (serve.schemas, gnn.inference.cost) are refused before any of it; bodies
 over the size limit get 413, stalled or trickled ones 408 (serve/guard.py).
@@ -36,6 +37,7 @@ from gnn.inference.predictor import BatchPredictor, PredictionCancelled
 from serve.api import load_predictor, model_summary, predict
 from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
 from serve.inflight import RETRY_AFTER_S, Inflight, Unavailable, install_request_schemas, parse_body, request_body
+from serve.page import install_page
 from serve.schemas import PredictRequest, PredictResponse, SearchRequest, SearchResponse
 from serve.search.study import SearchCancelled, SearchRefused, search
 
@@ -151,6 +153,7 @@ def create_app(
 
         return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
 
+    install_page(app, predictor, inflight)
     install_request_schemas(app, PredictRequest, SearchRequest)
     return app
 

@@ -16,8 +16,8 @@ every trial is a valid plan; the rest are recorded as pruned with the reason.
 Trials are asked and told in batches so the surrogate predicts many at once.
 When the whole space fits in the trial budget (sampler "auto", the default),
 every plan is enqueued as a trial instead: the exact optimum for the same
-number of surrogate calls. TPE needed more than half of a 312-plan space to
-come within 2% of the optimum in 1 of 3 seeds (experiments/search_vs_enum.py).
+number of surrogate calls (TPE needed more than half of a 312-plan space to
+come within 2% of the optimum in 1 of 3 seeds: experiments/search_vs_enum.py).
 The study lives in RDB storage under a name derived from the request and the
 model, so re-running the same search resumes it, and several searches (processes,
 hosts on one PostgreSQL database) of one request share it: they take its trials in
@@ -75,13 +75,8 @@ def space_of(request: SearchRequest) -> Space:
     # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
     choices = request.cluster.float8_choices
     precisions = choices if len(choices) > 1 and w.dtype == "bfloat16" else ()
-    return Space(
-        w,
-        request.cluster.cluster(),
-        micro_batch_sizes=request.micro_batch_sizes,
-        precisions=precisions,
-        framework=request.framework,
-    )
+    cluster, mbs = request.cluster.cluster(), request.micro_batch_sizes
+    return Space(w, cluster, micro_batch_sizes=mbs, precisions=precisions, framework=request.framework)
 
 
 def exhaustive(request: SearchRequest, space: Space, should_stop=None) -> list[RunSpec] | None:
@@ -144,12 +139,14 @@ def run_search(
     progress: bool = False,
     space: Space | None = None,
     should_stop=None,
+    on_progress=None,
 ) -> optuna.Study:
     """Run (or resume, or join) the study until it holds request.trials finished trials, or every plan of the space
     when exhaustive (over ``space`` if given), and until the trials other searches of it run are finished too.
     request.trials is the study's size, not this search's share: three searches asking 100 each end with 100
     between them (ask for more to add some). A search first gives back the trials a killed one left running, so
-    each is evaluated; an exhaustive one evaluates each plan of the space exactly once, however many share it."""
+    each is evaluated; an exhaustive one evaluates each plan of the space exactly once, however many share it.
+    ``on_progress(done, total)``: told after each round (the browser page's progress bar)."""
     space = space or space_of(request)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -164,7 +161,7 @@ def run_search(
         stored.requeue_abandoned(study)
         if plans is not None:
             stored.enqueue_missing(study, plans, space)
-    running, since, joined = None, time.monotonic(), False
+    running, since, joined, done = None, time.monotonic(), False, 0
     total = _left(request, study, plans)
     with tqdm(total=total, desc="searching plans", unit="trial", disable=not progress) as bar:
         while True:
@@ -179,6 +176,9 @@ def run_search(
             if batch:
                 _evaluate(predictor, request, study, space, batch)
                 bar.update(len(batch))
+                done += len(batch)  # not bar.n: a disabled bar counts nothing
+                if on_progress is not None:
+                    on_progress(done, total)
                 continue
             others = {t.number for t in study.get_trials(deepcopy=False, states=(stored.RUNNING,))}
             if others != running:
@@ -260,6 +260,13 @@ def search(
     """Run the search and answer with the top plans (and the Pareto front); ``space`` narrows the default space."""
     space = space or space_of(request)
     study = run_search(predictor, request, storage, progress=progress, space=space, should_stop=should_stop)
+    return answer(predictor, request, study, space, should_stop)
+
+
+def answer(
+    predictor: BatchPredictor, request: SearchRequest, study: optuna.Study, space: Space, should_stop=None
+) -> SearchResponse:
+    """A finished study as the search's response: its top plans, re-predicted in full, and its Pareto front."""
     feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
     best = _results(predictor, request, feasible, space, limit=request.top_k)
     pareto = []

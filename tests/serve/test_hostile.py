@@ -242,6 +242,8 @@ def _cases(openapi: dict, rng: random.Random):
     valid = {
         "/predict": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN]},
         "/search": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3},
+        "/searches": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3},
+        "/explain": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN]},
     }
     targets = {
         path: list(_fields(ops["post"]["requestBody"]["content"]["application/json"]["schema"], components))
@@ -267,13 +269,24 @@ def _cases(openapi: dict, rng: random.Random):
 def test_fuzzing_every_field_of_the_schema_gives_no_5xx(server):
     with urllib.request.urlopen(server.base_url + "/openapi.json", timeout=30) as response:
         openapi = json.loads(response.read())
-    statuses = {}
+    statuses, jobs = {}, []
     for path, field, data in _cases(openapi, random.Random(int(os.environ.get("FUZZ_SEED", 0)))):
         status, payload = _post_raw(server, path, data)
         assert status < 500, (path, field, data[:200], payload[:500])
         statuses[status] = statuses.get(status, 0) + 1
+        if path == "/searches" and status == 202:
+            jobs.append((json.loads(payload)["id"], data[:200]))
     assert statuses.get(422, 0) > FUZZ_CASES // 2, statuses  # most cases are invalid, and said to be
+    for job, data in jobs:  # the background searches it started: finished, or refused saying why, never broken
+        while (state := _job(server, job))["state"] in ("queued", "running"):
+            time.sleep(0.1)
+        assert state["state"] == "done" or state["error"][0]["type"] != "internal", (data, state["error"])
     assert server.health()["status"] == "ok"
+
+
+def _job(server, job: str) -> dict:
+    with urllib.request.urlopen(f"{server.base_url}/searches/{job}", timeout=30) as response:
+        return json.loads(response.read())
 
 
 def test_the_client_sees_a_422_as_an_error_naming_the_field(server):

@@ -1,0 +1,124 @@
+"""The plan explorer: a page in the browser over the same service (GET /), and the routes it reads.
+
+GET /                  the page (serve/web: its own HTML, JavaScript and CSS, no CDN: it works offline)
+GET /catalog           the bundled workloads and Hugging Face configs, the cluster presets, the measured
+                       fingerprints, the frameworks and the limits: what the page's choices offer
+POST /searches         a search in the background (serve.search.jobs): answers {"id"} at once
+GET /searches/{id}     its progress, then the SearchResponse (as POST /search answers it) and every evaluated plan
+DELETE /searches/{id}  cancel it
+POST /explain          one plan (a PredictRequest of one plan): its prediction, the memory of each pipeline rank
+                       as the execution graph accounts it, and its simulated timeline as a PNG (gnn.explain)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import get_args
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from collect import REPO
+from collect.hardware.records import PRESET_DIR, default_hardware_dir, load_hardware
+from collect.schema.choices import Framework
+from gnn.explain import explain
+from gnn.inference.predictor import BatchPredictor
+from serve.api import predict
+from serve.inflight import Inflight, parse_body, request_body
+from serve.schemas import MAX_SEARCH_TRIALS, PredictRequest, SearchRequest
+from serve.search.jobs import Jobs
+
+WEB = Path(__file__).with_name("web")
+REQUESTS = REPO / "experiments" / "requests"  # the bundled example workloads (data, not code: nothing is imported)
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) -> None:
+    jobs = Jobs(predictor, inflight)
+    app.state.jobs = jobs
+    app.mount("/static", StaticFiles(directory=WEB), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(WEB / "index.html", headers=NO_STORE)
+
+    @app.get("/catalog")
+    def catalog_route() -> dict:
+        return catalog()
+
+    @app.post("/searches", status_code=202, openapi_extra=request_body(SearchRequest))
+    async def start_search(request: Request) -> JSONResponse:
+        def work(body: bytes, should_stop) -> dict:
+            return jobs.start(parse_body(body, SearchRequest)).status()
+
+        return JSONResponse(await inflight.run(request, work, await request.body()), status_code=202)
+
+    @app.get("/searches/{job_id}")
+    def search_status(job_id: str) -> Response:
+        job = jobs.get(job_id)
+        if job is None:
+            return JSONResponse({"detail": f"no search {job_id!r} (finished searches are kept a while)"}, 404)
+        # the response is spliced in as it was serialised: the same bytes POST /search would answer
+        status = json.dumps(job.status())
+        body = status[:-1] + f', "response": {job.response or "null"}}}'
+        return Response(body, media_type="application/json", headers=NO_STORE)
+
+    @app.delete("/searches/{job_id}")
+    def cancel_search(job_id: str) -> JSONResponse:
+        job = jobs.cancel(job_id)
+        if job is None:
+            return JSONResponse({"detail": f"no search {job_id!r}"}, 404)
+        finishing = job.state in ("queued", "running")
+        return JSONResponse({"id": job.id, "state": "cancelling" if finishing else job.state})
+
+    @app.post("/explain", openapi_extra=request_body(PredictRequest))
+    async def explain_plan(request: Request) -> JSONResponse:
+        def work(body: bytes, should_stop) -> dict:
+            return explained(predictor, parse_body(body, PredictRequest))
+
+        return JSONResponse(await inflight.run(request, work, await request.body()))
+
+
+def explained(predictor: BatchPredictor, request: PredictRequest) -> dict:
+    """The first plan of ``request`` taken apart (gnn.explain), beside the model's prediction of it."""
+    one = request.model_copy(update={"plans": request.plans[:1]})
+    prediction = predict(predictor, one).predictions[0]
+    parts = explain(one.specs()[0], request.cluster.hardware_name(), predictor.hardware_dir)
+    png = base64.b64encode(parts.pop("timeline_png")).decode()
+    return {"prediction": prediction.model_dump(mode="json"), **parts, "timeline_png": png}
+
+
+@lru_cache(maxsize=1)
+def _bundled() -> tuple[dict, dict]:
+    requests = {p.stem: json.loads(p.read_text()) for p in sorted(REQUESTS.glob("*.json"))}
+    configs = {p.name.removesuffix(".config.json"): json.loads(p.read_text()) for p in REQUESTS.glob("hf/*.json")}
+    return requests, dict(sorted(configs.items()))
+
+
+def catalog() -> dict:
+    requests, configs = _bundled()
+    presets = []
+    for path in sorted(PRESET_DIR.glob("*.json")):
+        record = load_hardware(path.stem)
+        presets.append(
+            {
+                "id": record["id"],
+                "devices_per_node": record["devices_per_node"],
+                "memory_bytes": record["memory_bytes"],
+                "notes": record.get("notes", ""),
+            }
+        )
+    fingerprints = sorted(p.stem for p in Path(default_hardware_dir()).glob("*.json"))
+    return {
+        "workloads": requests,
+        "hf_configs": configs,
+        "presets": presets,
+        "fingerprints": fingerprints,
+        "frameworks": list(get_args(Framework)),
+        "objectives": ["time", "pareto"],
+        "limits": {"max_trials": MAX_SEARCH_TRIALS, "max_top_k": 100},
+    }

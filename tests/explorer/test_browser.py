@@ -1,0 +1,125 @@
+"""The plan explorer in a real browser (Debian's chromium driven by Playwright): the question a user brings, which
+plan for Llama 3.1 70B on 4 nodes of 8 H100s and how sure is it, answered from the page, then a broken config."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.explorer.conftest import REPO, REQUEST, call
+
+SCREENSHOT = Path(os.environ.get("PLANSIGHT_SCREENSHOT", REPO / "build" / "explorer.png"))
+WAIT_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright  # lazy: skipped (chromium_path) without Playwright
+
+    with sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where chromium's sandbox refuses to start
+        browser = p.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    page.close()
+    assert errors == [], errors  # no script error on the way
+
+
+def _cells(page, column: str) -> list[str]:
+    return page.eval_on_selector_all(f"#plans tbody td.{column}", "cells => cells.map(c => c.innerText)")
+
+
+def test_llama_70b_on_32_h100_from_the_page(browser, page, explorer):
+    page.goto(explorer + "/")
+    page.wait_for_selector("#workload option[value='llama-3.1-70b']", state="attached")
+    page.select_option("#workload", "llama-3.1-70b")
+    page.select_option("#hardware", "preset:h100-80gb")
+    page.fill("#nodes", "4")
+    page.fill("#trials", "200")
+    page.fill("#top-k", "10")
+    with page.expect_request("**/searches") as sent:
+        page.click("#run")
+    assert json.loads(sent.value.post_data) == {**REQUEST, "workload": {**REQUEST["workload"]}}
+    page.wait_for_selector("#plans tbody tr", timeout=WAIT_MS)
+    assert page.inner_text("#progress-text").startswith("200 of 200 trials")
+
+    # the table is what POST /search answers for the same request: the same plans, in order, at the same times
+    direct = call(explorer, "POST", "/search", REQUEST)[1]
+    times = [float(t.split()[0]) for t in _cells(page, "time")]
+    assert times == [round(r["prediction"]["iter_time_s"], 2) for r in direct["best"]]
+    assert "Best plan" in page.inner_text("#answer") and f"{times[0]:.2f} s" in page.inner_text("#answer")
+    # the warnings a plan carries are on the page, not only in the JSON
+    warned = [r for r in direct["best"] if r["prediction"]["extrapolation"]]
+    if warned:
+        assert warned[0]["prediction"]["extrapolation"][0] in page.inner_text("#plans")
+    assert page.locator("#scatter circle").count() > 10
+
+    # the first plan of the ranking, clicked: its memory per pipeline rank and its simulated timeline
+    page.click("#plans tbody tr[data-rank='1']")
+    page.wait_for_selector("#timeline[src^='data:image/png']", timeout=WAIT_MS)
+    assert page.locator("#memory-chart rect.part-weights").count() >= 1
+    assert page.locator("#memory-chart rect.part-activations").count() >= 1
+    assert "Plan 1" in page.inner_text("#detail-title")
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # sorting by memory orders the rows by it
+    page.click("#plans th[data-key=memory]")
+    memory = [float(m.split()[0]) for m in _cells(page, "memory")]
+    assert memory == sorted(memory)
+
+    # downloads: the same JSON the API answers, and a CSV of the table
+    with page.expect_download() as got:
+        page.click("#download-json")
+    assert json.loads(Path(got.value.path()).read_text())["best"] == direct["best"]
+    with page.expect_download() as got:
+        page.click("#download-csv")
+    assert len(Path(got.value.path()).read_text().splitlines()) == 1 + len(direct["best"])
+
+    # the state is in the URL: opened afresh, it shows the same ranking, sorted as it was
+    url = page.url
+    assert "run=1" in url and "sort=memory" in url
+    again = browser.new_page()
+    again.goto(url)
+    again.wait_for_selector("#plans tbody tr", timeout=WAIT_MS)
+    assert _cells(again, "memory") == _cells(page, "memory")
+    again.close()
+
+
+def test_a_broken_config_is_answered_next_to_its_field(page, explorer):
+    page.goto(explorer + "/")
+    page.wait_for_selector("#workload option[value='hf']", state="attached")
+    page.select_option("#workload", "hf")
+    page.fill("#hf", '{"architectures": ["BertModel"], "hidden_size": 768}')
+    page.fill("#seq", "2048")
+    page.fill("#gbs", "64")
+    page.click("#run")
+    page.wait_for_selector("#hf-error:not(:empty)", timeout=WAIT_MS)
+    assert "BertModel" in page.inner_text("#hf-error")
+    assert page.inner_text("#general-error") == ""
+    page.fill("#hf", '{"architectures": ')
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#hf-error').innerText.startsWith('not JSON')")
+    # a plan space with nothing that fits: said beside the cluster
+    page.select_option("#workload", "llama-3.1-70b")
+    page.select_option("#hardware", "preset:v100-16gb")
+    page.fill("#nodes", "1")
+    page.fill("#trials", "50")
+    page.click("#run")
+    page.wait_for_selector("#cluster-error:not(:empty)", timeout=WAIT_MS)
+    assert "No plan fits" in page.inner_text("#cluster-error")
+    # over the limits: the service's message, beside the trial budget
+    page.select_option("#workload", "llama-3.1-8b")
+    page.fill("#trials", "6000")
+    page.click("#run")
+    page.wait_for_selector("#trials-error:not(:empty)", timeout=WAIT_MS)
+    assert "5000" in page.inner_text("#trials-error")
