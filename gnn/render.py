@@ -9,6 +9,7 @@ import argparse
 from collections import defaultdict
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -16,54 +17,54 @@ import matplotlib.pyplot as plt  # noqa: E402
 from collect.schema import RunSpec  # noqa: E402
 from gnn.costs.hardware import hardware_model  # noqa: E402
 from gnn.graph.build import ExecGraph, build_graph  # noqa: E402
-from gnn.graph.table import KINDS  # noqa: E402
+from gnn.graph.table import KINDS, PHASES, STREAMS  # noqa: E402
 from gnn.sim.simulate import NUM_STREAMS, SimResult, simulate  # noqa: E402
 
 COLORS = dict(zip(KINDS, plt.get_cmap("tab20").colors))
 
 
 MAX_LABELS = 1500  # micro-batch numbers are written on the bars only while there are few enough to read
+MAX_RANKS = 16  # pipeline ranks drawn: past that a picture is too tall to read (and to draw in seconds)
 
 
 def draw_timeline(g: ExecGraph, title: str, path, sim: SimResult | None = None) -> None:
     """``path``: a file name or a binary file object (PNG). Bars of one row, kind and phase are drawn as one
-    collection, so a graph of thousands of nodes draws in about a second."""
+    collection, read from the graph's columns, so a graph of hundreds of thousands of nodes draws in seconds; of a
+    deeper pipeline, the first MAX_RANKS ranks."""
     sim = sim or simulate(g)
-    nodes = g.nodes
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.2 * g.num_ranks))
+    ranks = min(g.num_ranks, MAX_RANKS)
+    rank, kind, phase = (g.column(c).astype(int) for c in ("rank", "kind", "phase"))
+    stream = np.array([STREAMS.get(k, 0) for k in KINDS])[kind]
+    drawn = np.flatnonzero((rank < ranks) & (sim.end > sim.start))
+    row = NUM_STREAMS * rank + stream
+    hatched = np.isin(phase, [PHASES.index("backward"), PHASES.index("recompute")])
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.2 * ranks))
     bars: dict[tuple, list] = defaultdict(list)
-    for i, node in enumerate(nodes):
-        width = sim.end[i] - sim.start[i]
-        if width > 0:
-            key = (NUM_STREAMS * node.rank + node.stream, node.kind, node.phase in ("backward", "recompute"))
-            bars[key].append((sim.start[i] * 1e3, width * 1e3))
-    for (row, kind, hatched), spans in bars.items():
+    for i, start, width in zip(drawn.tolist(), sim.start[drawn] * 1e3, (sim.end - sim.start)[drawn] * 1e3):
+        bars[(row[i], kind[i], hatched[i])].append((start, width))
+    for (y, k, hatch), spans in bars.items():
         ax.broken_barh(
-            spans,
-            (row - 0.4, 0.8),
-            facecolors=COLORS[kind],
-            hatch="//" if hatched else None,
-            edgecolor="black",
+            spans, (y - 0.4, 0.8), facecolors=COLORS[KINDS[k]], hatch="//" if hatch else None, edgecolor="black",
             linewidth=0.3,
-        )
-    if len(nodes) <= MAX_LABELS:
-        for i, node in enumerate(nodes):
-            if node.microbatch >= 0 and node.stream == 0 and node.kind in ("attn", "mlp") and sim.end[i] > sim.start[i]:
-                middle = (sim.start[i] + sim.end[i]) / 2 * 1e3
-                ax.text(middle, NUM_STREAMS * node.rank, str(node.microbatch), ha="center", va="center", fontsize=7)
+        )  # fmt: skip
+    if len(drawn) <= MAX_LABELS:
+        microbatch = g.column("microbatch").astype(int)
+        labelled = [KINDS.index("attn"), KINDS.index("mlp")]
+        for i in drawn[(microbatch[drawn] >= 0) & (stream[drawn] == 0) & np.isin(kind[drawn], labelled)]:
+            middle = (sim.start[i] + sim.end[i]) / 2 * 1e3
+            ax.text(middle, row[i], str(microbatch[i]), ha="center", va="center", fontsize=7)
     streams = ("compute", "collectives", "send/recv")
-    ax.set_yticks(range(NUM_STREAMS * g.num_ranks), [f"rank {r} {s}" for r in range(g.num_ranks) for s in streams])
+    ax.set_yticks(range(NUM_STREAMS * ranks), [f"rank {r} {s}" for r in range(ranks) for s in streams])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms); hatched = backward / recompute; numbers = micro-batch")
-    used = sorted({n.kind for n in nodes}, key=KINDS.index)
+    used = [KINDS[k] for k in sorted(set(kind[drawn].tolist()))]
     ax.legend(
-        [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in used],
-        used,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=8,
-    )
-    ax.set_title(f"{title}: {len(nodes)} nodes, {len(g.edges)} edges, simulated {sim.iter_time_s * 1e3:.1f} ms")
+        [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in used], used, loc="upper left",
+        bbox_to_anchor=(1.01, 1.0), fontsize=8,
+    )  # fmt: skip
+    shown = f", ranks 0-{ranks - 1} of {g.num_ranks} drawn" if ranks < g.num_ranks else ""
+    size = f"{g.num_nodes} nodes, {g.edge_index.shape[1]} edges{shown}"
+    ax.set_title(f"{title}: {size}, simulated {sim.iter_time_s * 1e3:.1f} ms")
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)

@@ -38,7 +38,7 @@ from serve.api import load_predictor, model_summary, predict
 from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
 from serve.inflight import RETRY_AFTER_S, Inflight, Unavailable, install_request_schemas, parse_body, request_body
 from serve.page import install_page
-from serve.schemas import PredictRequest, PredictResponse, SearchRequest, SearchResponse
+from serve.schemas import ExplainRequest, PredictRequest, PredictResponse, SearchRequest, SearchResponse
 from serve.search.study import SearchCancelled, SearchRefused, search
 
 MAX_ERRORS_SHOWN = 50
@@ -154,7 +154,7 @@ def create_app(
         return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
 
     install_page(app, predictor, inflight)
-    install_request_schemas(app, PredictRequest, SearchRequest)
+    install_request_schemas(app, PredictRequest, SearchRequest, ExplainRequest)
     return app
 
 

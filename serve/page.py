@@ -6,7 +6,7 @@ GET /catalog           the bundled workloads and Hugging Face configs, the clust
 POST /searches         a search in the background (serve.search.jobs): answers {"id"} at once
 GET /searches/{id}     its progress, then the SearchResponse (as POST /search answers it) and every evaluated plan
 DELETE /searches/{id}  cancel it
-POST /explain          one plan (a PredictRequest of one plan): its prediction, the memory of each pipeline rank
+POST /explain          one plan (serve.schemas.ExplainRequest): its prediction, the memory of each pipeline rank
                        as the execution graph accounts it, and its simulated timeline as a PNG (gnn.explain)
 """
 
@@ -29,7 +29,7 @@ from gnn.explain import explain
 from gnn.inference.predictor import BatchPredictor
 from serve.api import predict
 from serve.inflight import Inflight, parse_body, request_body
-from serve.schemas import MAX_SEARCH_TRIALS, PredictRequest, SearchRequest
+from serve.schemas import MAX_SEARCH_TRIALS, ExplainRequest, SearchRequest
 from serve.search.jobs import Jobs
 
 WEB = Path(__file__).with_name("web")
@@ -75,19 +75,18 @@ def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) ->
         finishing = job.state in ("queued", "running")
         return JSONResponse({"id": job.id, "state": "cancelling" if finishing else job.state})
 
-    @app.post("/explain", openapi_extra=request_body(PredictRequest))
+    @app.post("/explain", openapi_extra=request_body(ExplainRequest))
     async def explain_plan(request: Request) -> JSONResponse:
         def work(body: bytes, should_stop) -> dict:
-            return explained(predictor, parse_body(body, PredictRequest))
+            return explained(predictor, parse_body(body, ExplainRequest))
 
         return JSONResponse(await inflight.run(request, work, await request.body()))
 
 
-def explained(predictor: BatchPredictor, request: PredictRequest) -> dict:
-    """The first plan of ``request`` taken apart (gnn.explain), beside the model's prediction of it."""
-    one = request.model_copy(update={"plans": request.plans[:1]})
-    prediction = predict(predictor, one).predictions[0]
-    parts = explain(one.specs()[0], request.cluster.hardware_name(), predictor.hardware_dir)
+def explained(predictor: BatchPredictor, request: ExplainRequest) -> dict:
+    """The plan of ``request`` taken apart (gnn.explain), beside the model's prediction of it."""
+    prediction = predict(predictor, request).predictions[0]
+    parts = explain(request.specs()[0], request.cluster.hardware_name(), predictor.hardware_dir)
     png = base64.b64encode(parts.pop("timeline_png")).decode()
     return {"prediction": prediction.model_dump(mode="json"), **parts, "timeline_png": png}
 

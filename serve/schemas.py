@@ -159,6 +159,19 @@ class PredictRequest(_Request):
         return [RunSpec.model_construct(workload=self.workload, plan=p, cluster=cluster) for p in self.plans]
 
 
+class ExplainRequest(PredictRequest):
+    """One plan to take apart (POST /explain): predicted, and simulated again for its memory per rank and timeline,
+    so its estimated work counts twice against the request budget."""
+
+    plans: list[Plan] = Field(min_length=1, max_length=1)
+
+    @model_validator(mode="after")
+    def _check_twice(self) -> "ExplainRequest":
+        if why := over_budget(request_cost(self.plans * 2)):
+            raise ValueError(f"plans: taking a plan apart simulates it twice: {why}")
+        return self
+
+
 class PlanPrediction(BaseModel):
     iter_time_s: float
     iter_time_interval_s: tuple[float, float]
