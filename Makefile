@@ -50,7 +50,7 @@ browser: ## install Debian's chromium for tests/explorer (apt-get, as root); Pla
 	$(call apt_install,chromium,chromium,the browser tests)
 
 test: install engines browser ## run the whole test suite (tests/engines starts its own SLURM, PostgreSQL and MLflow server)
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=15
 
 test-unit: install ## fast single-process tests only
 	$(PY) -m pytest tests -q -m "not distributed and not engines"
