@@ -109,7 +109,12 @@ def register(
         best = min(scores, key=lambda v: (scores[v], v != incumbent, int(v)))
         if best == held:
             return best == mine
-        client.set_registered_model_alias(MODEL_NAME, CHAMPION, best)
+        try:
+            client.set_registered_model_alias(MODEL_NAME, CHAMPION, best)
+        except mlflow.exceptions.MlflowException:
+            # a rival set it first: a server inserts an alias it has not seen, and two first inserts collide
+            # (PostgreSQL's unique key); the next read sees the rival's and settles from there
+            continue
     raise RuntimeError(f"the {CHAMPION} alias of {MODEL_NAME} kept moving over {SETTLE_READS} reads")
 
 

@@ -171,6 +171,28 @@ def test_every_model_is_a_version_and_only_a_better_one_becomes_champion(trackin
     assert str(client.get_model_version_by_alias(MODEL_NAME, CHAMPION).version) == "5"
 
 
+def test_a_rival_setting_the_alias_first_is_read_again_not_an_error(tracking, monkeypatch):
+    """Two trainings registering at once on a server: both find no alias and insert it; the second insert fails
+    (a unique key on PostgreSQL). The loser reads again and settles on what the winner set."""
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register
+
+    real = mlflow.MlflowClient.set_registered_model_alias
+    raced = []
+
+    def rival_first(self, name, alias, version):
+        if not raced:  # the rival's insert lands first, with the same version, and ours collides with it
+            raced.append(version)
+            real(self, name, alias, version)
+            raise mlflow.exceptions.MlflowException("duplicate key value violates unique constraint")
+        real(self, name, alias, version)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_registered_model_alias", rival_first)
+    with mlflow.start_run():
+        info = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
+    assert register(info.model_uri, "val_selection", 0.5, "features-a")
+    assert raced and str(mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, CHAMPION).version) == "1"
+
+
 class _Constant(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input, params=None):
         return model_input
