@@ -17,7 +17,7 @@ from collect.hardware.records import default_hardware_dir
 from collect.schema import RunSpec
 from gnn.costs.analytic import state_bytes
 from gnn.costs.hardware import hardware_model
-from gnn.graph.passes import PassCompiler
+from gnn.graph.passes import PassCompiler, shared_compiler
 from gnn.render import draw_timeline
 from gnn.sim.simulate import simulate
 from gnn.sim.truncate import sampled_counts, simulate_plan
@@ -29,12 +29,14 @@ def explain(spec: RunSpec, hardware: str, hardware_dir=None) -> dict:
     """The memory breakdown per pipeline rank, the simulated times, and the timeline as PNG bytes."""
     hw = hardware_model(hardware, str(hardware_dir or default_hardware_dir()))
     w, plan, cluster = spec.workload, spec.plan, spec.cluster
-    compiler = PassCompiler(w, plan, cluster, hw)
-    graph, sim = simulate_plan(w, plan, cluster, hw, {})
+    compilers: dict = {}
+    graph, sim = simulate_plan(w, plan, cluster, hw, compilers)
+    compiler = shared_compiler(compilers, w, plan, cluster, hw)  # the one simulate_plan compiled with
     counts = sampled_counts(plan)
     drawn = f"micro-batches 0-{counts[0] - 1} of {plan.num_microbatches}" if counts else "the whole step"
     png = io.BytesIO()
-    draw_timeline(graph, f"{describe(spec)}: {drawn}", png, simulate(graph))
+    # a plan simulated short: sim's times are the full plan's extrapolated, the drawn graph's are its own
+    draw_timeline(graph, f"{describe(spec)}: {drawn}", png, simulate(graph) if counts else sim)
     return {
         "ranks": memory_by_rank(spec, compiler, sim.peak_mem_per_rank),
         "capacity_bytes": cluster.memory_bytes,

@@ -91,7 +91,7 @@ def _resolve(source: str) -> tuple[Path, dict]:
 
     mlflow.set_tracking_uri(tracking_uri())
     try:
-        info = _registry_info(source)
+        info = registry_info(source)
         local = cached_copy(source, info.pop("source", None))
     except mlflow.exceptions.MlflowException as e:
         raise ValueError(f"model {source!r}: {e.message.splitlines()[0]} (train one with `make train`)") from None
@@ -99,7 +99,7 @@ def _resolve(source: str) -> tuple[Path, dict]:
     return local, info
 
 
-def _registry_info(uri: str) -> dict:
+def registry_info(uri: str) -> dict:
     """Name, version and validation metrics of a registered model URI (models:/name@alias or models:/name/N)."""
     import mlflow  # lazy: as in _resolve
 

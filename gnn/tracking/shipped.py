@@ -28,7 +28,7 @@ from collect import REPO
 from collect.hardware.records import default_hardware_dir, load_hardware
 from collect.schema import RunSpec
 from gnn.inference.predictor import BatchPredictor
-from gnn.tracking.model_cache import MODEL_CACHE, tracking_uri
+from gnn.tracking.model_cache import MODEL_CACHE, registry_info, tracking_uri
 
 SHIPPED = REPO / "models" / "champion"
 CHAMPION_URI = "models:/plansight@champion"
@@ -120,19 +120,13 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
 
     from gnn.tracking.registry import load_registered  # lazy: it imports MLflow
 
-    mlflow.set_tracking_uri(tracking_uri())
-    client = mlflow.MlflowClient()
     if not uri.startswith("models:/"):
         raise ValueError(f"{uri}: export takes a registered model, models:/name@alias or models:/name/N")
-    name, _, ref = uri.removeprefix("models:/").partition("@")
-    if ref:
-        version = client.get_model_version_by_alias(name, ref)
-    else:
-        name, number = name.split("/", 1)
-        version = client.get_model_version(name, number)
-    run = client.get_run(version.run_id)
+    mlflow.set_tracking_uri(tracking_uri())
+    info = registry_info(uri)  # its name, version, run, val_/test_ metrics and what it names now
+    run = mlflow.MlflowClient().get_run(info["run_id"])
     out.mkdir(parents=True, exist_ok=True)
-    load_registered(uri, f"{version.source}@{version.run_id}").save(out / "predictor.pt")
+    load_registered(uri, info["source"]).save(out / "predictor.pt")
     predictor = BatchPredictor.load(out / "predictor.pt", default_hardware_dir())  # predict as it will be read
     member = predictor.ensemble.members[0]
     config = member.config if hasattr(member, "config") else dict(member.hparams)
@@ -142,9 +136,9 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
     params = run.data.params
     meta = {
         "model_uri": uri,
-        "registered_model": name,
-        "version": int(version.version),
-        "run_id": version.run_id,
+        "registered_model": info["name"],
+        "version": info["version"],
+        "run_id": info["run_id"],
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": {**_git(), "trained_at": run.data.tags.get("mlflow.source.git.commit")},
         "dataset_version": params.get("dataset_version"),
@@ -152,7 +146,7 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
         "split": params.get("split"),
         "features": {"node": int(config["node_dim"]), "plan": int(config["global_dim"])},
         "params": dict(sorted(params.items())),
-        "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if k.startswith(("val_", "test_"))},
+        "metrics": dict(sorted(info["metrics"].items())),
         "reference": reference,
     }
     (out / "champion.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -103,7 +103,9 @@ class Jobs:
         try:
             with self.inflight.searching(job):
                 space = space_of(job.request)
-                study = run_search(self.predictor, job.request, None, None, False, space, job.stop.is_set, progress)
+                study = run_search(
+                    self.predictor, job.request, space=space, should_stop=job.stop.is_set, on_progress=progress
+                )
                 response = answer(self.predictor, job.request, study, space, job.stop.is_set)
                 job.points = evaluated(study, job.request.max_oom_risk)
                 job.response, job.state = response.model_dump_json(), "done"

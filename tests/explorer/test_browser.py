@@ -34,6 +34,22 @@ def page(browser):
     assert errors == [], errors  # no script error on the way
 
 
+def _choose(page, **fields) -> None:
+    """Set the form's fields by id (underscores for dashes): a select takes its option, an input its text."""
+    for name, value in fields.items():
+        selector = "#" + name.replace("_", "-")
+        tag = page.eval_on_selector(selector, "e => e.tagName")
+        page.select_option(selector, value) if tag == "SELECT" else page.fill(selector, value)
+
+
+def _answered_beside(page, error: str, **fields) -> str:
+    """Set ``fields``, search, and read the message the page puts in the ``error`` element."""
+    _choose(page, **fields)
+    page.click("#run")
+    page.wait_for_selector(f"#{error}:not(:empty)", timeout=WAIT_MS)
+    return page.inner_text(f"#{error}")
+
+
 def _cells(page, column: str) -> list[str]:
     return page.eval_on_selector_all(f"#plans tbody td.{column}", "cells => cells.map(c => c.innerText)")
 
@@ -41,14 +57,10 @@ def _cells(page, column: str) -> list[str]:
 def test_llama_70b_on_32_h100_from_the_page(browser, page, explorer):
     page.goto(explorer + "/")
     page.wait_for_selector("#workload option[value='llama-3.1-70b']", state="attached")
-    page.select_option("#workload", "llama-3.1-70b")
-    page.select_option("#hardware", "preset:h100-80gb")
-    page.fill("#nodes", "4")
-    page.fill("#trials", "200")
-    page.fill("#top-k", "10")
+    _choose(page, workload="llama-3.1-70b", hardware="preset:h100-80gb", nodes="4", trials="200", top_k="10")
     with page.expect_request("**/searches") as sent:
         page.click("#run")
-    assert json.loads(sent.value.post_data) == {**REQUEST, "workload": {**REQUEST["workload"]}}
+    assert json.loads(sent.value.post_data) == REQUEST
     page.wait_for_selector("#plans tbody tr", timeout=WAIT_MS)
     assert page.inner_text("#progress-text").startswith("200 of 200 trials")
 
@@ -98,28 +110,14 @@ def test_llama_70b_on_32_h100_from_the_page(browser, page, explorer):
 def test_a_broken_config_is_answered_next_to_its_field(page, explorer):
     page.goto(explorer + "/")
     page.wait_for_selector("#workload option[value='hf']", state="attached")
-    page.select_option("#workload", "hf")
-    page.fill("#hf", '{"architectures": ["BertModel"], "hidden_size": 768}')
-    page.fill("#seq", "2048")
-    page.fill("#gbs", "64")
-    page.click("#run")
-    page.wait_for_selector("#hf-error:not(:empty)", timeout=WAIT_MS)
-    assert "BertModel" in page.inner_text("#hf-error")
+    config = '{"architectures": ["BertModel"], "hidden_size": 768}'
+    assert "BertModel" in _answered_beside(page, "hf-error", workload="hf", hf=config, seq="2048", gbs="64")
     assert page.inner_text("#general-error") == ""
     page.fill("#hf", '{"architectures": ')
     page.click("#run")
     page.wait_for_function("document.querySelector('#hf-error').innerText.startsWith('not JSON')")
     # a plan space with nothing that fits: said beside the cluster
-    page.select_option("#workload", "llama-3.1-70b")
-    page.select_option("#hardware", "preset:v100-16gb")
-    page.fill("#nodes", "1")
-    page.fill("#trials", "50")
-    page.click("#run")
-    page.wait_for_selector("#cluster-error:not(:empty)", timeout=WAIT_MS)
-    assert "No plan fits" in page.inner_text("#cluster-error")
+    nothing = dict(workload="llama-3.1-70b", hardware="preset:v100-16gb", nodes="1", trials="50")
+    assert "No plan fits" in _answered_beside(page, "cluster-error", **nothing)
     # over the limits: the service's message, beside the trial budget
-    page.select_option("#workload", "llama-3.1-8b")
-    page.fill("#trials", "6000")
-    page.click("#run")
-    page.wait_for_selector("#trials-error:not(:empty)", timeout=WAIT_MS)
-    assert "5000" in page.inner_text("#trials-error")
+    assert "5000" in _answered_beside(page, "trials-error", workload="llama-3.1-8b", trials="6000")
