@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from collect.schema import Plan, Workload
+from gnn import cancel
 from gnn.graph.schedule import rank_orders
 
 
@@ -40,6 +41,8 @@ CACHE_SIZE = 4096
 # and at most this many passes in all (~150 bytes each): a pipeline of 256 stages holds 10^5 passes or more,
 # and a server caching 4,096 of those grew past 6 GiB
 CACHE_PASSES = 100_000
+# a stop is looked for every this many passes laid out (~10 ms of a 10^5-pass pipeline's layout)
+CHECK_EVERY = 4096
 _CACHE: dict[tuple, Layout] = {}
 
 
@@ -108,7 +111,9 @@ def _layout(plan: Plan, uneven: tuple[int, ...] | None) -> Layout:
         return len(rows) - 1
 
     previous: dict[int, int] = {}  # rank -> the pass it placed last
-    for rank, phase, stage, mb in global_order(orders):
+    for n, (rank, phase, stage, mb) in enumerate(global_order(orders)):
+        if n % CHECK_EVERY == 0:
+            cancel.check("laying out a pipeline")
         var = variant(phase, mb, num_microbatches, pp, fsdp)
         needs = (
             ([("F", stage - 1, mb)] if stage > 0 else [])
@@ -170,6 +175,7 @@ def global_order(orders):
     done, cursors, out = set(), [0] * len(orders), []
     num_stages = max(s for order in orders for _, s, _ in order) + 1
     while len(out) < sum(map(len, orders)):
+        cancel.check("ordering a pipeline's passes")  # once per sweep over the ranks
         progressed = False
         for rank, order in enumerate(orders):
             while cursors[rank] < len(order):

@@ -15,6 +15,7 @@ import pandas as pd
 
 from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
+from gnn import cancel
 from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import domain_of, row_to_spec
 from gnn.inference.coverage import outside, spec_values
@@ -53,10 +54,6 @@ def oom_risk(point: np.ndarray, hi: np.ndarray, capacity: np.ndarray) -> np.ndar
 
 
 _erfc = np.vectorize(math.erfc, otypes=[float])
-
-
-class PredictionCancelled(RuntimeError):
-    """A prediction was told to stop (its client went away, or the service is shutting down)."""
 
 
 class BatchPredictor:
@@ -130,7 +127,12 @@ class BatchPredictor:
         should_stop=None,
     ) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request.
-        ``should_stop``: asked between chunks; when it answers True, PredictionCancelled is raised."""
+        ``should_stop``: asked between chunks and inside them (gnn.cancel); when it answers True, gnn.cancel.Cancelled
+        is raised."""
+        with cancel.stop_when(should_stop):
+            return self._predict_columns(specs, hardware, flags, workers)
+
+    def _predict_columns(self, specs, hardware, flags, workers) -> dict[str, np.ndarray]:
         record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
         domain = domain_of(record.get("device"), record.get("device_kind"))  # its interval factor and ranges
         parts = {}
@@ -138,8 +140,7 @@ class BatchPredictor:
         with self.pool.forward_threads(workers):
             for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
                 self._check_layout(chunk.flat_names)
-                if should_stop is not None and should_stop():
-                    raise PredictionCancelled(f"prediction of {len(specs)} plans stopped before it finished")
+                cancel.check(f"the prediction of {len(specs)} plans")
                 point = self.ensemble.predict_packed(chunk.packed(), [domain] * len(chunk.flat))
                 # the chunk's graphs are let go here: only its simulator columns are kept for the answer
                 parts[index] = (point, {k: chunk.column(k) for k in SIM_COLUMNS})

@@ -17,6 +17,7 @@ import weakref
 import torch
 from torch import nn
 
+from gnn import cancel
 from gnn.model.standardize import Standardize
 
 _CACHE: "weakref.WeakKeyDictionary[nn.ModuleList, dict]" = weakref.WeakKeyDictionary()
@@ -176,6 +177,7 @@ def forward_members(members: nn.ModuleList, batch, physics: torch.Tensor | None 
     w_in, b_in = inputs["node_in"]
     h = torch.baddbmm(b_in, _standardized(batch.x, inputs["x_mask"], inputs["x_mean"], inputs["x_scale"]), w_in)
     for (w_edge, b_edge), (w1, b1), (w2, b2), eps in weights["layers"]:
+        cancel.check("the network's forward pass")  # a layer of the largest graph is ~0.3 s
         z = aggregate(h, w_edge, b_edge).addcmul_(h, 1 + eps)  # a fresh tensor: summed in place
         h = h.add_(torch.baddbmm(b2, torch.baddbmm(b1, z, w1).relu_(), w2).relu_())
     # readout: sum and mean pooling per graph, the graph features, the heads and the physics base

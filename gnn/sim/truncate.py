@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from collect.schema import Cluster, Plan, Workload
+from gnn import cancel
 from gnn.costs.hardware import HardwareModel
 from gnn.graph.build import ExecGraph, build_graph
 from gnn.graph.passes import shared_compiler
@@ -51,10 +52,14 @@ def simulate_plan(
     )  # the two runs differ only in how often their passes repeat
     if counts is None:
         graph = build_graph(w, plan, cluster, hw, compiler)
+        cancel.check("simulating a plan")
         return graph, simulate(graph)
     (k1, k2), n = counts, plan.num_microbatches
     graphs = [build_graph(w, plan.model_copy(update={"num_microbatches": k}), cluster, hw, compiler) for k in counts]
-    short, longer = (simulate(g) for g in graphs)
+    cancel.check("simulating a plan")
+    short = simulate(graphs[0])
+    cancel.check("simulating a plan")
+    longer = simulate(graphs[1])
     t = (n - k1) / (k2 - k1)
 
     def line(a: float, b: float) -> float:
