@@ -5,8 +5,11 @@
 collect/measure/csrc/counting_allocator.cpp is compiled once per (source, torch, Python) into a folder of its
 own, $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions) / plansight_counting_allocator-<key>, and from
 then on imported from there as a plain extension module: loading needs neither ninja nor a compiler. Only a
-missing build is compiled, in a child process with a time limit, under a BuildLock that names its holder and
-stops waiting after a time limit. Without a compiler or ninja, one line says what to install and
+missing build is compiled, in a child process with a time limit, under a BuildLock that names its holder, says
+every 30 s what it waits for, and stops waiting after a time limit. The child holds the lock too, and dies with
+its compiler when the process that started it dies, however it dies (SIGKILL included): a killed measure leaves
+no compiler behind, and no second build starts in a folder while a compiler still writes there.
+Without a compiler or ninja, one line says what to install and
 ``install()`` returns False: collect.measure.memory then reads CPU peaks from the RSS high-water mark, and
 each row says so in its ``peak_mem_method``.
 
@@ -30,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +45,8 @@ NAME = "plansight_counting_allocator"
 CFLAGS = ["-O2"]
 BUILD_TIMEOUT_S = 600.0  # a build takes ~30 s on a free core; a compiler still running after 10 min is stuck
 LOCK_WAIT_S = BUILD_TIMEOUT_S + 60.0  # a live holder stops its own build by BUILD_TIMEOUT_S: this covers it
+WAIT_REPORT_S = 30.0  # a process waiting for the lock says so this often
+PARENT_POLL_S = 0.2  # how often a build's child looks whether the process that started it is still there
 COMPLETE = "complete"  # written into a build folder once its module built and imported there
 
 
@@ -91,20 +97,31 @@ class BuildLock:
     leaves no lock to wait on (torch's own lock file stays behind for ever); a live holder is waited for at
     most ``wait_s``, then BuildError names it."""
 
-    def __init__(self, path: Path, wait_s: float = LOCK_WAIT_S, poll_s: float = 0.2):
-        self.path, self.wait_s, self.poll_s = Path(path), wait_s, poll_s
+    def __init__(self, path: Path, wait_s: float = LOCK_WAIT_S, poll_s: float = 0.2, report_s: float = WAIT_REPORT_S):
+        self.path, self.wait_s, self.poll_s, self.report_s = Path(path), wait_s, poll_s, report_s
         self._fd: int | None = None
+
+    @property
+    def fd(self) -> int | None:
+        """The locked descriptor while held: a child given it (pass_fds) holds the lock as long as it lives."""
+        return self._fd
 
     def __enter__(self) -> "BuildLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.wait_s
+        start = time.monotonic()
+        deadline, report = start + self.wait_s, start + self.report_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= report:  # a build takes half a minute or more: say what this process waits for
+                    print(f"waiting for {self.path}, held by {self.holder()} ({now - start:.0f} s so far, "
+                          f"giving up after {self.wait_s:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+                    report = now + self.report_s
+                if now >= deadline:
                     os.close(fd)
                     raise BuildError(
                         f"{self.path} is held by {self.holder()}; gave up after {self.wait_s:.0f} s "
@@ -160,23 +177,25 @@ def load_or_build(lock_wait_s: float = LOCK_WAIT_S, build_timeout_s: float = BUI
         problem = missing_tools()
         if problem:
             raise ToolchainMissing(problem)
-        with BuildLock(folder.with_name(folder.name + ".lock"), lock_wait_s):
+        with BuildLock(folder.with_name(folder.name + ".lock"), lock_wait_s) as lock:
             if not (folder / COMPLETE).exists():  # another process may have built it while this one waited
-                _compile(folder, build_timeout_s)
+                _compile(folder, build_timeout_s, lock)
     return _import(folder)
 
 
-def _compile(folder: Path, timeout_s: float) -> None:
+def _compile(folder: Path, timeout_s: float, lock: BuildLock) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     # torch's own lock file, left by a build killed mid-way: this process holds the BuildLock, so no build of
     # this folder is running, and torch's loader would otherwise wait on it for ever
     (folder / "lock").unlink(missing_ok=True)
     log = folder / "build.log"
-    command = [sys.executable, "-m", "collect.measure.cpu_alloc", "--compile", str(folder)]
+    child_args = ["--compile", str(folder), "--parent", str(os.getpid())]
+    command = [sys.executable, "-m", "collect.measure.cpu_alloc", *child_args]
     with open(log, "wb") as out:
-        # its own session, so a time-out stops ninja and the compiler too, not only the child
+        # its own session, so a time-out stops ninja and the compiler too, not only the child; the lock's
+        # descriptor goes with it, so the lock stays held while the child lives, even if this process is killed
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, "PATH": _tool_path()})  # fmt: skip
+                                 env={**os.environ, "PATH": _tool_path()}, pass_fds=(lock.fd,))  # fmt: skip
         try:
             code = child.wait(timeout=timeout_s)
         except BaseException as exc:  # the time limit, or this process interrupted: leave no build behind
@@ -247,22 +266,39 @@ def reset_peak() -> None:
     _extension().reset_peak()
 
 
-def _compile_here(folder: Path) -> None:
+def _compile_here(folder: Path, parent: int | None) -> None:
+    if parent is not None:
+        _die_with(parent)
     # lazy: only the build's child process runs torch's extension builder (and needs ninja and the compiler)
     from torch.utils.cpp_extension import load
 
     load(NAME, [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(folder), verbose=True)
 
 
+def _die_with(parent: int) -> None:
+    """In the build's child, a session of its own: once ``parent`` is gone (killed by any signal, SIGKILL too,
+    when nothing of it can clean up), kill this whole session, ninja and the compiler with it. Its parent is read
+    from the process table, not trusted to be alive at start: a parent killed before the child got here is gone
+    already."""
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m collect.measure.cpu_alloc", description=__doc__.split("\n")[0])
     parser.add_argument("--build", action="store_true", help="build the allocator now if it is missing")
     parser.add_argument("--compile", metavar="DIR", help=argparse.SUPPRESS)  # the build's child process
+    parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # ... and the process it dies with
     args = parser.parse_args(argv)
     if not (args.build or args.compile):
         parser.error("nothing to do: pass --build")
     if args.compile:
-        _compile_here(Path(args.compile))
+        _compile_here(Path(args.compile), args.parent)
         return 0
     try:
         load_or_build()

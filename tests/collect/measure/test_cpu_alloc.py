@@ -52,6 +52,20 @@ def test_a_lock_held_by_a_live_process_times_out_naming_it(tmp_path):
         holder.wait()
 
 
+def test_a_process_waiting_for_the_lock_says_what_it_waits_for(tmp_path, capsys):
+    lock = tmp_path / "build.lock"
+    holder = _hold(lock, tmp_path)
+    try:
+        with pytest.raises(cpu_alloc.BuildError):
+            with cpu_alloc.BuildLock(lock, wait_s=1.0, report_s=0.3):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    said = capsys.readouterr().err.splitlines()
+    assert 2 <= len(said) <= 4 and all(f"held by pid {holder.pid}" in line for line in said), said
+
+
 def test_a_lock_left_by_a_killed_process_is_free_at_once(tmp_path):
     lock = tmp_path / "build.lock"
     holder = _hold(lock, tmp_path)
@@ -76,31 +90,72 @@ def _python(code: str, env: dict, timeout: float = 120) -> subprocess.CompletedP
                           timeout=timeout)  # fmt: skip
 
 
+def _builders(folder: str) -> list[int]:
+    """Processes building in ``folder``: the build's child (named by its command line), and ninja and the compiler
+    (which run in the folder)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if "--compile" in cmdline and folder in cmdline or cwd == folder:
+            found.append(int(entry))
+    return found
+
+
+def _kill_mid_build(env: dict, folder: str, kill) -> list[int]:
+    """Start a build as `collect measure` would, in a session of its own, wait for its compiler, ``kill`` it; the
+    builders still running 5 s later (none, unless the build's child outlives its parent)."""
+    command = [sys.executable, "-m", "collect.measure.cpu_alloc", "--build"]
+    measure = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not [p for p in _builders(folder) if p != measure.pid]:  # the compiler's cwd is the build folder
+        assert measure.poll() is None and time.monotonic() < deadline, "the build never started its compiler"
+        time.sleep(0.1)
+    kill(measure)
+    measure.wait()
+    deadline = time.monotonic() + 5
+    while _builders(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _builders(folder)
+
+
 @pytest.fixture(scope="module")
 def built_after_a_killed_build(tmp_path_factory):
-    """A fresh extensions folder where a build was killed mid-way (torch's lock file left in the build folder, the
-    dead builder's name in the BuildLock's file), then `make install`'s build step run."""
+    """A fresh extensions folder where two builds were killed mid-way, with their compilers running (SIGKILL to
+    the first one's whole session, as a terminal closing does; SIGTERM to the second one alone), then `make
+    install`'s build step run: (folder, what each kill left running, the build)."""
     root = tmp_path_factory.mktemp("extensions")
     env = _env(root)
     folder = _python("from collect.measure import cpu_alloc; print(cpu_alloc.build_dir())", env).stdout.strip()
     assert folder.startswith(str(root))
-    os.makedirs(folder)
-    open(os.path.join(folder, "lock"), "w").close()  # torch's FileBaton waits on this for ever
-    with open(folder + ".lock", "w") as f:
-        json.dump({"pid": 2**22 + 1, "host": socket.gethostname(), "since": 0.0}, f)  # above pid_max: no process
+    left = [
+        _kill_mid_build(env, folder, lambda proc: os.killpg(proc.pid, signal.SIGKILL)),
+        _kill_mid_build(env, folder, lambda proc: proc.send_signal(signal.SIGTERM)),
+    ]
     build = subprocess.run([sys.executable, "-m", "collect.measure.cpu_alloc", "--build"], env=env,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
-    return root, build
+    return root, left, build
+
+
+def test_killing_a_build_kills_its_compiler_whatever_the_signal(built_after_a_killed_build):
+    _, left, _ = built_after_a_killed_build
+    assert left == [[], []]
 
 
 def test_a_build_killed_mid_way_does_not_stop_the_next(built_after_a_killed_build):
-    _, build = built_after_a_killed_build
+    _, _, build = built_after_a_killed_build
     assert build.returncode == 0, build.stderr
     assert "CPU counting allocator:" in build.stdout and "Traceback" not in build.stderr
 
 
 def test_a_built_allocator_loads_without_ninja_or_a_compiler(built_after_a_killed_build, tmp_path):
-    root, build = built_after_a_killed_build
+    root, _, build = built_after_a_killed_build
     assert build.returncode == 0, build.stderr
     code = """
         import torch
