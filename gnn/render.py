@@ -24,7 +24,8 @@ from gnn.sim.simulate import NUM_STREAMS, SimResult, simulate  # noqa: E402
 COLORS = dict(zip(KINDS, plt.get_cmap("tab20").colors))
 
 
-MAX_LABELS = 1500  # micro-batch numbers are written on the bars only while there are few enough to read
+# micro-batch numbers are written on the bars only while there are few enough to read (each costs ~1 ms to draw)
+MAX_LABELS = 500
 MAX_RANKS = 16  # pipeline ranks drawn: past that a picture is too tall to read (and to draw in seconds)
 # backward and recompute bars are hatched while there are at most this many bars, else drawn lighter: hatching 50,000
 # bars took 5 of a timeline's 7 s

@@ -25,6 +25,7 @@ import contextlib
 import gc
 import logging
 import os
+import sys
 import threading
 
 import uvicorn
@@ -33,15 +34,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from collect.hardware.records import UnknownHardware
-from gnn.inference.predictor import BatchPredictor, PredictionCancelled
+from gnn.cancel import Cancelled
+from gnn.inference.predictor import BatchPredictor
 from serve.api import load_predictor, model_summary, predict
 from serve.guard import BODY_CHUNK_TIMEOUT_S, MAX_BODY_BYTES, BodyGuard, with_timeouts
-from serve.inflight import RETRY_AFTER_S, Inflight, Unavailable, install_request_schemas, parse_body, request_body
-from serve.page import install_page
+from serve.inflight import (
+    RETRY_AFTER_S,
+    WAIT_S,
+    Inflight,
+    Unavailable,
+    install_request_schemas,
+    parse_body,
+    request_body,
+)
+from serve.page import install_page, warm_up_explain
 from serve.schemas import ExplainRequest, PredictRequest, PredictResponse, SearchRequest, SearchResponse
-from serve.search.study import SearchCancelled, SearchRefused, search
+from serve.search.budget import JOB, SEARCH, Budget, Meter
+from serve.search.study import SearchRefused, checked, search
 
 MAX_ERRORS_SHOWN = 50
+SWITCH_INTERVAL_S = 0.001
 SHUTDOWN_GRACE_S = 3  # SIGTERM: work in flight is told at once (StoppingServer); connections get this long to close
 log = logging.getLogger("plansight.serve")
 
@@ -71,9 +83,14 @@ def _short(text: str) -> str:
 
 
 def create_app(
-    predictor: BatchPredictor, max_body_bytes: int = MAX_BODY_BYTES, client_timeout_s: float = BODY_CHUNK_TIMEOUT_S
+    predictor: BatchPredictor,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    client_timeout_s: float = BODY_CHUNK_TIMEOUT_S,
+    wait_s: float = WAIT_S,
+    job_budget: Budget = JOB,
 ) -> FastAPI:
-    inflight = Inflight()
+    """``wait_s``: how long a request waits for a slot before 503; ``job_budget``: a background search's."""
+    inflight = Inflight(wait_s=wait_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -102,12 +119,11 @@ def create_app(
 
     @app.exception_handler(SearchRefused)
     async def refused_search(request: Request, exc: SearchRefused):
-        detail = [{"loc": ["body", "sampler"], "msg": _short(str(exc)), "type": "search_space_too_large"}]
+        detail = [{"loc": ["body", exc.field], "msg": _short(str(exc)), "type": "search_over_budget"}]
         return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(Unavailable)
-    @app.exception_handler(PredictionCancelled)
-    @app.exception_handler(SearchCancelled)
+    @app.exception_handler(Cancelled)
     async def unavailable(request: Request, exc: Exception):
         """503: shutting down, too busy, or work told to stop (its client gone, or the service stopping)."""
         headers = {"Retry-After": str(RETRY_AFTER_S)}
@@ -120,40 +136,48 @@ def create_app(
         log.exception("request %s failed", request.url.path)
         return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}"})
 
+    # the quick routes run on the event loop itself (async def): a sync route is handed to a thread, and with two
+    # searches holding the GIL every hand-off waits its turn
     @app.get("/health")
-    def health() -> dict:
+    async def health() -> dict:
         return {
             "status": "stopping" if inflight.stopping.is_set() else "ok",
             "model_loaded": True,
             "requests_in_flight": len(inflight.running),
             "searches_in_flight": len(inflight.searches),
+            "slots": {"light": inflight.light.status(), "heavy": inflight.heavy.status()},
         }
 
     @app.get("/model")
-    def model() -> dict:
+    async def model() -> dict:
         return {**model_summary(predictor), "metrics": predictor.info.get("metrics", {})}
 
     # the body is parsed, validated and answered on a worker thread (serve.inflight): never on the event loop
     @app.post("/predict", response_model=PredictResponse, openapi_extra=request_body(PredictRequest))
     async def predict_plans(request: Request) -> Response:
-        def work(body: bytes, should_stop) -> str:
+        def work(body: bytes) -> str:
             # serialised here: returned as a model, FastAPI would validate all of it again against response_model
             # (which still gives the OpenAPI schema), ~15 ms for 2,000 plans
-            parsed = parse_body(body, PredictRequest)
-            return predict(predictor, parsed, should_stop=should_stop).model_dump_json()
+            return predict(predictor, parse_body(body, PredictRequest)).model_dump_json()
 
         return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
 
     @app.post("/search", response_model=SearchResponse, openapi_extra=request_body(SearchRequest))
     async def search_plans(request: Request) -> Response:
-        def work(body: bytes, should_stop) -> str:
+        def check(body: bytes):  # a light slot: a search over its budget is refused without waiting for a heavy one
             parsed = parse_body(body, SearchRequest)
-            with inflight.searching(should_stop):
-                return search(predictor, parsed, None, should_stop=should_stop).model_dump_json()
+            return (parsed, *checked(parsed, SEARCH, refuse_over_time=True))
 
-        return Response(await inflight.run(request, work, await request.body()), media_type="application/json")
+        def work(parsed: SearchRequest, space, priced) -> str:
+            token = object()
+            with inflight.searching(token):
+                return search(predictor, parsed, space=space, meter=Meter(SEARCH), estimated=priced).model_dump_json()
 
-    install_page(app, predictor, inflight)
+        checked_request = await inflight.run(request, check, await request.body())
+        answer = await inflight.run(request, work, *checked_request, slots=inflight.heavy)
+        return Response(answer, media_type="application/json")
+
+    install_page(app, predictor, inflight, job_budget)
     install_request_schemas(app, PredictRequest, SearchRequest, ExplainRequest)
     return app
 
@@ -175,12 +199,30 @@ def main(argv: list[str] | None = None) -> None:
         metavar="SECONDS",
         help="close a connection whose request headers, or next body chunk, take longer than this",
     )
+    parser.add_argument(
+        "--slot-wait",
+        type=float,
+        default=WAIT_S,
+        metavar="SECONDS",
+        help=f"answer 503 to a request that waits longer than this for a work slot (default {WAIT_S:.0f})",
+    )
+    parser.add_argument(
+        "--job-budget",
+        type=float,
+        default=JOB.seconds,
+        metavar="SECONDS",
+        help=f"a background search's budget of estimated work, where it stops (default {JOB.seconds:.0f})",
+    )
     args = parser.parse_args(argv)
     try:
         predictor = load_predictor(args.model)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     predictor.warm_up()
+    warm_up_explain(predictor)
+    # a thread waiting for the GIL (the event loop, between two reads of a socket) gets it after at most this
+    # long: at Python's default 5 ms, /health took up to 124 ms beside two searches' threads
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # what is loaded now (torch, the model, the web stack) stays: kept out of the collector's full collections,
     # which walked all of it, ~0.5 s in every few 2,000-plan requests
     gc.freeze()
@@ -189,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     where = f"http://{args.host}:{args.port}"
     print(f"plansight: serving {predictor.info.get('uri', args.model)} on {where} (docs at /docs)")
     protocol, timeout_s = with_timeouts(args.client_timeout)
-    app = create_app(predictor, client_timeout_s=timeout_s)
+    job_budget = Budget(args.job_budget, JOB.bytes, JOB.name)
+    app = create_app(predictor, client_timeout_s=timeout_s, wait_s=args.slot_wait, job_budget=job_budget)
     config = uvicorn.Config(
         app,
         host=args.host,

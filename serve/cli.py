@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from collect.hardware.records import UnknownHardware
 from collect.inputs import InputError, load_model
-from gnn.inference.probe import RUNS_DIR, fit_correction, load_probe, probe_path
+from gnn.inference.probe import RUNS_DIR, check_probe, fit_correction, hardware_kind, load_probe
 from serve.api import load_predictor, predict
 from serve.schemas import PredictRequest
 
@@ -46,14 +46,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spec", help='SPEC.json: {"workload": {...}, "cluster": {...}, "plans": [{...}, ...]}')
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--probe", default=None, help="a probe measured on the machine (python -m collect probe)")
+    parser.add_argument(
+        "--probe-any-hardware", action="store_true", help="apply a probe measured on another kind of device anyway"
+    )
     args = parser.parse_args(argv)
     request = load_request(args.spec, PredictRequest)
     if args.probe is not None:
-        try:
-            probe_path(args.probe)
+        try:  # what the request's own probe field is checked for (serve.schemas.PredictRequest), before any work
+            check_probe(args.probe, hardware_kind(request.cluster.record), args.probe_any_hardware)
         except ValueError as e:
             raise RequestError(f"error: --probe: {e}") from None
-        request = request.model_copy(update={"probe": args.probe})
+        request = request.model_copy(update={"probe": args.probe, "probe_any_hardware": args.probe_any_hardware})
     predictor = _predictor(args.model)
     try:
         response = predict(predictor, request)

@@ -1,8 +1,16 @@
 """The service's requests as work off the event loop: parsed, validated and answered on worker threads, a few at
 a time, each watched from the loop so that it stops when its client hangs up or the service shuts down.
 
-Validating a request is work too (a plan's checks, an hf_config's arithmetic): FastAPI would run it on the event
-loop, where one slow body stalled /health for everyone, so the endpoints take the raw body and hand it here.
+Validating a request is work too (a plan's checks, an hf_config's arithmetic, a search's estimate): FastAPI would
+run it on the event loop, where one slow body stalled /health for everyone, so the endpoints take the raw body
+(read by serve.guard, with no slot) and hand it here.
+
+Work runs in two pools of slots, each taken in arrival order: ``light`` for /predict and for reading what every
+other route asks (validation and a search's estimate: at most a second), ``heavy`` for searches (synchronous and
+background) and /explain. Two searches at the trial limit fill the heavy pool for minutes and leave /predict
+answering at once. Nobody waits for ever: a request still waiting after WAIT_S gets 503 with Retry-After, and
+one whose client hangs up while it waits leaves the queue. The work itself runs under gnn.cancel's stop flag, set
+when the client hangs up or the service stops, which the work notices inside its loops.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from fastapi import Request
@@ -18,25 +27,85 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
-WORK_SLOTS = 2  # requests worked on at once: the machine's cores (each request is bounded by serve.schemas)
-MAX_WAITING = 32  # requests waiting for a slot; past that the service answers 503 at once
-POLL_S = 0.25  # how often a request in flight is checked for its client and for shutdown
+from gnn import cancel
+
+LIGHT_SLOTS = 2  # /predict and validation at once: the machine's cores (each request is bounded by serve.schemas)
+HEAVY_SLOTS = 2  # searches and /explain at once (each bounded by serve.search.budget): their memory adds up
+MAX_WAITING = 32  # requests waiting for a slot of one pool; past that the service answers 503 at once
+WAIT_S = 10.0  # the longest a request waits for a slot before 503: a client is told to come back, not left hanging
+POLL_S = 0.25  # how often a request waiting or in flight is checked for its client and for shutdown
+HANDOFF_S = 0.02  # how often a request waiting at the head of its queue looks for a free slot
 RETRY_AFTER_S = 5
 
 
 class Unavailable(Exception):
-    """503 with Retry-After: the service is shutting down, or too busy to queue another request."""
+    """503 with Retry-After: the service is shutting down, or too busy to take the request now."""
+
+
+class Slots:
+    """A pool of ``size`` work slots taken in arrival order, by requests on the event loop (which poll: ``take``)
+    and by threads (which block: ``wait``). Thread-safe."""
+
+    def __init__(self, name: str, size: int, max_waiting: int = MAX_WAITING):
+        self.name, self.size, self.max_waiting = name, size, max_waiting
+        self._free, self._queue, self._cond = size, deque(), threading.Condition()
+
+    def join(self) -> object:
+        """A place at the back of the queue (Unavailable when MAX_WAITING are waiting already)."""
+        with self._cond:
+            if len(self._queue) >= self.max_waiting:
+                raise Unavailable(f"the service is busy: {len(self._queue)} requests wait for its {self.name} slots")
+            ticket = object()
+            self._queue.append(ticket)
+            return ticket
+
+    def take(self, ticket: object) -> bool:
+        """Take a slot for ``ticket`` if it is first in line and one is free."""
+        with self._cond:
+            if self._free and self._queue and self._queue[0] is ticket:
+                self._queue.popleft()
+                self._free -= 1
+                self._cond.notify_all()  # the next in line may be a thread
+                return True
+            return False
+
+    def wait(self, ticket: object, give_up: Callable[[], bool]) -> bool:
+        """Block until ``ticket`` takes a slot (True), or ``give_up()`` (False, out of the queue)."""
+        while not self.take(ticket):
+            if give_up():
+                self.leave(ticket)
+                return False
+            with self._cond:
+                self._cond.wait(POLL_S)
+        return True
+
+    def leave(self, ticket: object) -> None:
+        with self._cond:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(ticket)
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+    def status(self) -> dict:
+        with self._cond:
+            return {"size": self.size, "running": self.size - self._free, "waiting": len(self._queue)}
 
 
 class Inflight:
-    """Slots for request work, and the service's stopping flag (set by the server on SIGTERM)."""
+    """The service's pools of work slots, and its stopping flag (set by the server on SIGTERM)."""
 
-    def __init__(self, slots: int = WORK_SLOTS, max_waiting: int = MAX_WAITING):
+    def __init__(
+        self, light: int = LIGHT_SLOTS, heavy: int = HEAVY_SLOTS, max_waiting: int = MAX_WAITING, wait_s: float = WAIT_S
+    ):
         self.stopping = threading.Event()
-        self.running: set[threading.Event] = set()  # one per request in flight: set to stop it
+        self.running: set[threading.Event] = set()  # one per request or background search in flight: set to stop it
         self.searches: set[object] = set()  # the searches among them (/health reports how many)
-        self._slots, self._waiting, self._max_waiting = slots, 0, max_waiting
-        self._semaphore: asyncio.Semaphore | None = None  # made in the loop that uses it
+        self.light, self.heavy = Slots("light", light, max_waiting), Slots("heavy", heavy, max_waiting)
+        self.wait_s = wait_s
 
     def stop_all(self) -> None:
         self.stopping.set()
@@ -52,27 +121,47 @@ class Inflight:
         finally:
             self.searches.discard(token)
 
-    async def run(self, request: Request, work: Callable, *args):
-        """``work(*args, should_stop)`` on a worker thread once a slot is free; its result, or Unavailable."""
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self._slots)
+    async def run(self, request: Request, work: Callable, *args, slots: Slots | None = None):
+        """``work(*args)`` on a worker thread once a slot of ``slots`` (default: light) is free, under a stop flag
+        (gnn.cancel) set when the client hangs up or the service stops; its result, or Unavailable."""
+        slots = slots or self.light
         if self.stopping.is_set():
             raise Unavailable("the service is shutting down")
-        if self._waiting >= self._max_waiting:
-            raise Unavailable(f"the service is busy: {self._waiting} requests are waiting for one of its slots")
-        self._waiting += 1
+        ticket = slots.join()
         try:
-            await self._semaphore.acquire()
-        finally:
-            self._waiting -= 1
+            await self._wait(request, slots, ticket)
+        except BaseException:
+            slots.leave(ticket)
+            raise
         stop = threading.Event()
         self.running.add(stop)
         try:
-            return await self._watch(request, asyncio.ensure_future(asyncio.to_thread(work, *args, stop.is_set)), stop)
+            future = asyncio.ensure_future(asyncio.to_thread(_stoppable, work, args, stop))
+            return await self._watch(request, future, stop)
         finally:
             stop.set()
             self.running.discard(stop)
-            self._semaphore.release()
+            slots.release()
+
+    async def _wait(self, request: Request, slots: Slots, ticket: object) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        look = loop.time() + POLL_S
+        while not slots.take(ticket):
+            if self.stopping.is_set():
+                raise Unavailable("the service is shutting down")
+            now = loop.time()
+            if now >= deadline:
+                state = slots.status()
+                raise Unavailable(
+                    f"the service is busy: no {slots.name} slot came free within {self.wait_s:.0f} s "
+                    f"({state['running']} running, {state['waiting']} waiting); retry later"
+                )
+            if now >= look:
+                if await request.is_disconnected():
+                    raise cancel.Cancelled("the client hung up while the request waited for a slot")
+                look = now + POLL_S
+            await asyncio.sleep(HANDOFF_S)
 
     async def _watch(self, request: Request, future: asyncio.Future, stop: threading.Event):
         while not future.done():
@@ -87,6 +176,11 @@ class Inflight:
             if await request.is_disconnected():
                 stop.set()
         return future.result()
+
+
+def _stoppable(work: Callable, args: tuple, stop: threading.Event):
+    with cancel.stop_when(stop.is_set):
+        return work(*args)
 
 
 def parse_body(body: bytes, model):

@@ -27,18 +27,21 @@ from collect.hardware.records import PRESET_DIR, default_hardware_dir, load_hard
 from collect.schema.choices import Framework
 from gnn.explain import explain
 from gnn.inference.predictor import BatchPredictor
+from gnn.inference.workers import WARM_UP_HARDWARE, warm_up_spec
 from serve.api import predict
 from serve.inflight import Inflight, parse_body, request_body
 from serve.schemas import MAX_SEARCH_TRIALS, ExplainRequest, SearchRequest
+from serve.search.budget import JOB, SEARCH, Budget
 from serve.search.jobs import Jobs
+from serve.search.study import checked
 
 WEB = Path(__file__).with_name("web")
 REQUESTS = REPO / "experiments" / "requests"  # the bundled example workloads (data, not code: nothing is imported)
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) -> None:
-    jobs = Jobs(predictor, inflight)
+def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight, job_budget: Budget = JOB) -> None:
+    jobs = Jobs(predictor, inflight, job_budget)
     app.state.jobs = jobs
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -48,17 +51,18 @@ def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) ->
 
     @app.get("/catalog")
     def catalog_route() -> dict:
-        return catalog()
+        return catalog(job_budget)
 
     @app.post("/searches", status_code=202, openapi_extra=request_body(SearchRequest))
     async def start_search(request: Request) -> JSONResponse:
-        def work(body: bytes, should_stop) -> dict:
-            return jobs.start(parse_body(body, SearchRequest)).status()
+        def work(body: bytes) -> dict:  # a light slot: validated and estimated, then queued for a heavy one
+            parsed = parse_body(body, SearchRequest)
+            return jobs.start(parsed, *checked(parsed, job_budget, refuse_over_time=False)).status()
 
         return JSONResponse(await inflight.run(request, work, await request.body()), status_code=202)
 
     @app.get("/searches/{job_id}")
-    def search_status(job_id: str) -> Response:
+    async def search_status(job_id: str) -> Response:
         job = jobs.get(job_id)
         if job is None:
             return JSONResponse({"detail": f"no search {job_id!r} (finished searches are kept a while)"}, 404)
@@ -68,7 +72,7 @@ def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) ->
         return Response(body, media_type="application/json", headers=NO_STORE)
 
     @app.delete("/searches/{job_id}")
-    def cancel_search(job_id: str) -> JSONResponse:
+    async def cancel_search(job_id: str) -> JSONResponse:
         job = jobs.cancel(job_id)
         if job is None:
             return JSONResponse({"detail": f"no search {job_id!r}"}, 404)
@@ -77,10 +81,14 @@ def install_page(app: FastAPI, predictor: BatchPredictor, inflight: Inflight) ->
 
     @app.post("/explain", openapi_extra=request_body(ExplainRequest))
     async def explain_plan(request: Request) -> JSONResponse:
-        def work(body: bytes, should_stop) -> dict:
-            return explained(predictor, parse_body(body, ExplainRequest))
+        parsed = await inflight.run(request, lambda body: parse_body(body, ExplainRequest), await request.body())
+        return JSONResponse(await inflight.run(request, explained, predictor, parsed, slots=inflight.heavy))
 
-        return JSONResponse(await inflight.run(request, work, await request.body()))
+
+def warm_up_explain(predictor: BatchPredictor) -> None:
+    """Take a small plan apart once (gnn.inference.workers.warm_up_spec), so the first /explain does not pay for
+    matplotlib's fonts and first figure (0.9 s of a 1.2 s small plan, where a warm one takes 0.2 s)."""
+    explain(warm_up_spec(), WARM_UP_HARDWARE, predictor.hardware_dir)
 
 
 def explained(predictor: BatchPredictor, request: ExplainRequest) -> dict:
@@ -98,7 +106,7 @@ def _bundled() -> tuple[dict, dict]:
     return requests, dict(sorted(configs.items()))
 
 
-def catalog() -> dict:
+def catalog(job_budget: Budget = JOB) -> dict:
     requests, configs = _bundled()
     presets = []
     for path in sorted(PRESET_DIR.glob("*.json")):
@@ -119,5 +127,10 @@ def catalog() -> dict:
         "fingerprints": fingerprints,
         "frameworks": list(get_args(Framework)),
         "objectives": ["time", "pareto"],
-        "limits": {"max_trials": MAX_SEARCH_TRIALS, "max_top_k": 100},
+        "limits": {
+            "max_trials": MAX_SEARCH_TRIALS,
+            "max_top_k": 100,
+            "search_budget_s": SEARCH.seconds,
+            "background_budget_s": job_budget.seconds,
+        },
     }

@@ -12,11 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from collect.hardware.records import load_hardware
+from collect.hardware.records import default_hardware_dir, load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 from collect.schema.choices import FLOAT8_SCALINGS, Float8, Framework, gemm_rate_key
-from gnn.inference.cost import over_budget, request_cost
-from gnn.inference.probe import probe_path
+from gnn.inference.cost import explain_cost, over_budget, request_cost
+from gnn.inference.probe import check_probe, hardware_kind
 
 MAX_PLANS = 10_000  # per request: a search batch
 MAX_PARAMS = 2 * 10**12  # model size limit (2T parameters)
@@ -72,6 +72,11 @@ class ClusterSpec(_Request):
     @cached_property
     def _preset(self) -> dict:
         return load_hardware(self.preset) if self.preset else {}
+
+    @property
+    def record(self) -> dict:
+        """The hardware record: the preset's, or the fingerprint's (UnknownHardware if there is none)."""
+        return self._preset if self.preset else load_hardware(self.fingerprint, default_hardware_dir())
 
     @property
     def float8_choices(self) -> tuple[str, ...]:
@@ -134,13 +139,16 @@ class PredictRequest(_Request):
     plans: list[Plan] = Field(min_length=1, max_length=MAX_PLANS)
     probe: str | None = Field(default=None, max_length=100)
     """Name of a probe measured on this machine (`python -m collect probe` prints it; its rows in data/runs): the
-    times are corrected by what its runs showed, and their intervals widened by how sure that correction is."""
+    times are corrected by what its runs showed, and their intervals widened by how sure that correction is. A
+    probe holds at most 32 runs, all on the cluster's kind of device."""
+    probe_any_hardware: bool = False
+    """Apply a probe measured on another kind of device than the cluster's anyway."""
 
     @model_validator(mode="after")
     def _check(self) -> "PredictRequest":
         _check_workload(self.workload, self.cluster)
-        if self.probe is not None:
-            probe_path(self.probe)  # ValueError naming the probe field
+        if self.probe is not None:  # before any work: ValueError naming the probe field
+            check_probe(self.probe, hardware_kind(self.cluster.record), self.probe_any_hardware)
         cluster = self.cluster.cluster()
         problems = [
             f"plans[{i}]: {msg}"
@@ -160,15 +168,15 @@ class PredictRequest(_Request):
 
 
 class ExplainRequest(PredictRequest):
-    """One plan to take apart (POST /explain): predicted, and simulated again for its memory per rank and timeline,
-    so its estimated work counts twice against the request budget."""
+    """One plan to take apart (POST /explain): predicted, simulated again for its memory per rank, and its first
+    pipeline ranks drawn as a timeline, all estimated against the request budget (gnn.inference.cost.explain_cost)."""
 
     plans: list[Plan] = Field(min_length=1, max_length=1)
 
     @model_validator(mode="after")
-    def _check_twice(self) -> "ExplainRequest":
-        if why := over_budget(request_cost(self.plans * 2)):
-            raise ValueError(f"plans: taking a plan apart simulates it twice: {why}")
+    def _check_explained(self) -> "ExplainRequest":
+        if why := over_budget(explain_cost(self.plans[0])):
+            raise ValueError(f"plans: taking a plan apart simulates it again and draws it: {why}")
         return self
 
 
@@ -258,3 +266,16 @@ class SearchResponse(BaseModel):
     """The GEMM precisions searched (bfloat16 as 'none'); empty: the workload's own, not searched."""
     moe: bool = False
     """The workload is a mixture of experts: each plan names its ep and etp."""
+    space_size_exact: bool = True
+    """False: space_size and over_budget_plans are estimated from a seeded sample of the space, which has too many
+    candidates to count within the search's budget."""
+    over_budget_plans: int | None = None
+    """Plans of the space left out of the search because predicting one alone is over the service's budget for a
+    request (POST /predict would refuse it): pipelines of hundreds of stages and micro-batches."""
+    stopped_by: Literal["budget"] | None = None
+    """budget: the search stopped at its budget (README, Limits) before its trials were all evaluated; its plans are
+    the best of those it evaluated. None: it ran to the end."""
+    stop_reason: str | None = None
+    """Why it stopped, with what it had spent."""
+    estimate: dict | None = None
+    """What the search was estimated to cost before it ran (serve.search.budget): seconds of work, bytes, plans."""

@@ -106,6 +106,25 @@ def load_probe(name: str, runs_dir: str | Path = RUNS_DIR) -> pd.DataFrame:
     return rows
 
 
+def hardware_kind(record: dict) -> str:
+    """What a hardware record (a preset or a fingerprint) is, as rows name it: its device kind (a100, h200),
+    or its device where it has none (cpu)."""
+    return str(record.get("device_kind") or record.get("device"))
+
+
+def check_probe(name: str, kind: str, any_hardware: bool = False, runs_dir: str | Path = RUNS_DIR) -> None:
+    """Before any prediction: ValueError naming the probe field when ``name`` names no runs, more runs than a probe
+    has (a stored sweep), or runs measured on other hardware than ``kind`` (hardware_kind of the request's cluster;
+    a V100's runs would move A100 predictions by the V100's own error), unless ``any_hardware``."""
+    rows = load_probe(name, runs_dir)
+    measured = sorted(set(rows["device_kind"].fillna(rows["device"]).astype(str)))
+    if not any_hardware and measured != [kind]:
+        raise ValueError(
+            f"probe: {name!r} was measured on {', '.join(measured)}, and the request's cluster is {kind}: a probe "
+            "corrects predictions for the machine it ran on (set probe_any_hardware to apply it anyway)"
+        )
+
+
 def shift_prior(meta: pd.DataFrame) -> np.ndarray:
     """[device class: CPU, CUDA][tau, tau_ws, sigma] from training rows: plans measured in several sittings
     (fingerprints) of one machine. A plan's shift in a sitting is its log time there less its mean over sittings;

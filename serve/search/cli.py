@@ -20,7 +20,7 @@ from serve.schemas import SearchRequest
 from serve.search.plots import plot_search
 from serve.search.report import print_table
 from serve.search.storage import StorageUnavailable
-from serve.search.study import DEFAULT_STORAGE, SearchRefused, search
+from serve.search.study import DEFAULT_STORAGE, SearchRefused, estimate, search, space_of
 
 
 def build_request(args) -> SearchRequest:
@@ -80,8 +80,12 @@ def main(argv: list[str] | None = None) -> None:
         predictor = load_predictor(args.model)
     except ValueError as e:
         raise RequestError(f"error: {e}") from None
+    space = space_of(request)
+    priced = estimate(request, space)  # said, not enforced: a search from the shell has no budget
+    print(f"search: {priced.plans:,} plans by {priced.sampler}, estimated at {priced.seconds:,.1f} s of work here",
+          file=sys.stderr)  # fmt: skip
     try:
-        response = search(predictor, request, args.storage, progress=sys.stderr.isatty())
+        response = search(predictor, request, args.storage, sys.stderr.isatty(), space=space, estimated=priced)
     except SearchRefused as e:
         raise RequestError(f"error: {e}") from None
     except StorageUnavailable as e:  # not a usage error (status 1): the database named is down or unreachable

@@ -9,13 +9,22 @@ etp = tp) and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with
 tensorwise or rowwise scaling, tensorwise under FSDP perhaps all-gathering in FP8;
 Blackwell's MXFP8 and NVFP4 too), and the conventions of the framework named
 (loss sharded over tp, what the pipeline keeps). Only combinations
-the schema accepts (plan_problems) exist, and, for a space whose plans are to be
-measured here, only those the collector runs (collect_problems).
+the schema accepts (plan_problems) exist, only those a prediction request would take alone (its estimated work within
+the service's per-request budget, gnn.inference.cost: a pp 256 x 512 pipeline is priced at 8 s and 1.6 GB, and left
+out, counted), and, for a space whose plans are to be measured here, only those the collector runs
+(collect_problems).
+
+The space is walked candidate by candidate (every combination of the choices above; a candidate is about
+microseconds to check), but what a search will cost is told without walking it (``price``): the candidates are
+counted by arithmetic and a seeded sample of them is checked and priced.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,7 +42,10 @@ from collect.schema import (
     plan_problems,
 )
 from collect.sweep import divisors, layouts
+from gnn import cancel
+from gnn.inference.cost import REQUEST_BYTES, REQUEST_SECONDS, SECONDS_FIXED, over_budget, plan_cost
 from serve.schemas import limit_problems
+from serve.search.budget import SECONDS_PER_CANDIDATE, Estimate, estimate_of
 
 Layout = tuple[int, int, int, int]  # (pp, dp, cp, tp)
 
@@ -58,9 +70,14 @@ class Space:
     framework: str = "torch"
     """Whose conventions each plan takes (collect.schema.framework_conventions): torch (the collector's),
     megatron, nanotron or torchtitan."""
+    max_plan_seconds: float = REQUEST_SECONDS
+    max_plan_bytes: float = REQUEST_BYTES
+    """A plan whose prediction alone is estimated over these (gnn.inference.cost.over_budget) is left out of the
+    space, and counted (``over_budget_plans``): the service would refuse it as a request of its own."""
     # filled as the space is walked: validity per key (spec), the workload per micro-batch size and precision
     _valid: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _workloads: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _census: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)  # plans, over budget
 
     def shardings_for(self, dp: int, tp: int) -> list[str]:
         """The shardings of a layout: all of them, or, collectable only, those torch composes with tp."""
@@ -124,7 +141,7 @@ class Space:
         # whether a plan is valid does not depend on its sharding or recompute (plan_problems reads sharding only
         # for float8_all_gather, part of the key): checked once per key, not once per sharding and recompute
         key = (layout, mbs, schedule, virtual, sp, ep, float8, float8_all_gather, etp)
-        if self._valid.get(key) is False:
+        if self._valid.get(key, True) is not True:
             return None
         w = self._workload(mbs, float8)
         p = Plan.model_construct(
@@ -145,12 +162,28 @@ class Space:
         )
         valid = self._valid.get(key)
         if valid is None:
-            valid = self._valid[key] = not (limit_problems(p) or plan_problems(w, p, self.cluster))
-        if not valid:
+            valid = self._valid[key] = self._admit(w, p)
+        if valid is not True:
             return None
         if self.collectable_only and collect_problems(w, p, self.cluster):
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
+
+    def why_not(
+        self, layout, mbs, sharding, recompute, schedule, virtual, sp, ep=1, float8=None, gather=False, etp=None
+    ):
+        """Why a choice that spec() turned down is not a plan of the space, in a few words."""
+        if self._valid.get((layout, mbs, schedule, virtual, sp, ep, float8, gather, etp)) == OVER_BUDGET:
+            return "over the prediction budget (gnn.inference.cost): the service would refuse it alone"
+        return "rejected by collect.schema.plan_problems"
+
+    def _admit(self, w: Workload, p: Plan) -> bool | str:
+        """True for a plan of the space, False for an invalid one, OVER_BUDGET for one too costly to predict."""
+        if limit_problems(p) or plan_problems(w, p, self.cluster):
+            return False
+        if over_budget(plan_cost(p), self.max_plan_seconds, self.max_plan_bytes):
+            return OVER_BUDGET
+        return True
 
     def _workload(self, mbs: int, float8: str | None) -> Workload:
         """The workload at a micro-batch size and precision, made once per pair."""
@@ -169,55 +202,153 @@ class Space:
     def _plans(self) -> list[RunSpec]:
         return list(self.iter_plans())
 
-    def iter_plans(self, should_stop=None) -> Iterator[RunSpec]:
-        """The valid plans of the space, in enumerate()'s order, one at a time. ``should_stop`` is asked every
-        STOP_CHECK_EVERY candidates (a few ms): SpaceStopped is raised when it answers True."""
+    def iter_plans(self, meter=None) -> Iterator[RunSpec]:
+        """The valid plans of the space, in enumerate()'s order, one at a time. Every STOP_CHECK_EVERY candidates
+        a stop is looked for (gnn.cancel) and the walk is paid for on ``meter`` (serve.search.budget.Meter)."""
         for n, choice in enumerate(self._choices()):
-            if should_stop is not None and n % STOP_CHECK_EVERY == 0 and should_stop():
-                raise SpaceStopped(f"the plan space's enumeration stopped after {n} candidates")
+            if n % STOP_CHECK_EVERY == 0:
+                self._walked(meter)
             spec = self.spec(*choice)
             if spec is not None:
                 yield spec
 
-    def count(self, limit: int | None = None, should_stop=None) -> int:
+    def count(self, limit: int | None = None, meter=None) -> int:
         """How many plans the space holds, or limit + 1 once it is known to hold more than ``limit``; without
-        building them where validity is already known (about a microsecond a candidate)."""
-        n = 0
+        building them where validity is already known (about a microsecond a candidate). The whole count is kept,
+        with the plans left out for their cost (``over_budget_plans``)."""
+        if self._census is not None:
+            return self._census[0] if limit is None else min(self._census[0], limit + 1)
+        n = over = 0
         for i, choice in enumerate(self._choices()):
-            if should_stop is not None and i % STOP_CHECK_EVERY == 0 and should_stop():
-                raise SpaceStopped(f"the plan space's count stopped after {i} candidates")
-            n += self._is_valid(choice)
+            if i % STOP_CHECK_EVERY == 0:
+                self._walked(meter)
+            state = self._state(choice)
+            n += state is True
+            over += state == OVER_BUDGET
             if limit is not None and n > limit:
-                break
+                return n
+        object.__setattr__(self, "_census", (n, over))
         return n
 
-    def _is_valid(self, choice: tuple) -> bool:
+    @property
+    def over_budget_plans(self) -> int | None:
+        """Plans left out for their cost, once the space has been counted whole (None before)."""
+        return None if self._census is None else self._census[1]
+
+    def _walked(self, meter) -> None:
+        cancel.check("walking the plan space")
+        if meter is not None:
+            meter.pay(SECONDS_PER_CANDIDATE * STOP_CHECK_EVERY, "walking the rest of the plan space")
+
+    def _state(self, choice: tuple) -> bool | str:
         layout, mbs, _, _, schedule, virtual, sp, ep, f8, gather, etp = choice
         key = (layout, mbs, schedule, virtual, sp, ep, f8, gather, etp)
-        known = None if self.collectable_only else self._valid.get(key)
-        return known if known is not None else self.spec(*choice) is not None
+        known = self._valid.get(key)
+        if known is not None and not (known is True and self.collectable_only):
+            return known
+        if self.spec(*choice) is not None:
+            return True
+        known = self._valid.get(key, False)
+        return False if known is True else known  # True: a valid plan the collector cannot run
+
+    def _groups(self) -> list[tuple[Layout, int, str, str]]:
+        """(layout, micro-batch size, sharding, recompute) with a plan that fills the batch, in walking order."""
+        return self._outer
+
+    @cached_property
+    def _outer(self) -> list[tuple[Layout, int, str, str]]:
+        return [
+            (layout, mbs, sharding, recompute)
+            for layout, mbs, sharding, recompute in itertools.product(
+                self.layouts(), self.micro_batch_sizes, self.shardings, self.recomputes
+            )
+            if self.global_batch_size % (layout[1] * mbs) == 0  # else no plan of it fills the batch
+        ]
+
+    def _inner(self, layout: Layout, sharding: str) -> tuple[list, ...]:
+        """The choices within a group: (schedule, virtual), sequence parallel, (etp, ep), (float8, all-gather)."""
+        pp, dp, cp, tp = layout
+        schedules = (
+            [(None, 1)]
+            if pp == 1
+            else [(s, v) for s in self.schedules for v in (self.virtual_stages if s == "interleaved_1f1b" else (1,))]
+        )
+        sp = [False, True] if tp > 1 else [False]
+        return schedules, sp, self.expert_layouts(layout), self.precision_choices(sharding)
 
     def _choices(self) -> Iterator[tuple]:
-        for layout, mbs, sharding, recompute in itertools.product(
-            self.layouts(), self.micro_batch_sizes, self.shardings, self.recomputes
-        ):
-            pp, dp, cp, tp = layout
-            if self.global_batch_size % (dp * mbs):
-                continue  # no plan of this layout and micro-batch size fills the batch
-            schedules = (
-                [(None, 1)]
-                if pp == 1
-                else [
-                    (s, v) for s in self.schedules for v in (self.virtual_stages if s == "interleaved_1f1b" else (1,))
-                ]
-            )
-            for (schedule, virtual), sp, (etp, ep), (f8, gather) in itertools.product(
-                schedules,
-                (False, True) if tp > 1 else (False,),
-                self.expert_layouts(layout),
-                self.precision_choices(sharding),
-            ):
+        for layout, mbs, sharding, recompute in self._groups():
+            for (schedule, virtual), sp, (etp, ep), (f8, gather) in itertools.product(*self._inner(layout, sharding)):
                 yield layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather, etp
+
+    @cached_property
+    def _sizes(self) -> list[int]:
+        """Candidates per group, cumulative: by arithmetic, without walking them."""
+        sizes = (math.prod(map(len, self._inner(layout, sharding))) for layout, _, sharding, _ in self._groups())
+        return list(itertools.accumulate(sizes))
+
+    def candidates(self) -> int:
+        """How many candidate choices the space walks (valid or not)."""
+        return self._sizes[-1] if self._sizes else 0
+
+    def sample(self, k: int, seed: int = 0) -> list[tuple]:
+        """``k`` candidates drawn uniformly (with replacement), seeded."""
+        total = self.candidates()
+        rng, out = random.Random(seed), []
+        for _ in range(k):
+            i = rng.randrange(total)
+            g = bisect.bisect_right(self._sizes, i)
+            layout, mbs, sharding, recompute = self._groups()[g]
+            inner = self._inner(layout, sharding)
+            i -= self._sizes[g - 1] if g else 0
+            picked = []
+            for options in reversed(inner):  # mixed radix, the last choice varying fastest as in the walk
+                i, j = divmod(i, len(options))
+                picked.append(options[j])
+            (schedule, virtual), sp, (etp, ep), (f8, gather) = reversed(picked)
+            out.append((layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather, etp))
+        return out
+
+    @cached_property
+    def _priced(self) -> tuple[list[RunSpec], int, int]:
+        """The sample's plans, how many of its candidates are left out for their cost, and its size: a space of at
+        most PRICE_WHOLE candidates is its own sample, walked whole (and so counted: Space.count keeps it)."""
+        whole = self.candidates() <= PRICE_WHOLE
+        sample = list(self._choices()) if whole else self.sample(PRICE_SAMPLE)
+        states = [self._state(c) for c in sample]
+        specs = [self.spec(*c) for c, state in zip(sample, states) if state is True]
+        over = sum(state == OVER_BUDGET for state in states)
+        if whole:
+            object.__setattr__(self, "_census", (len(specs), over))
+        return specs, over, len(sample)
+
+    def estimated_size(self) -> tuple[int, int]:
+        """(plans, plans left out for their cost) as the sample has them: exact for a space of at most
+        PRICE_WHOLE candidates, else the candidates' count times the sample's shares."""
+        specs, over, sampled = self._priced
+        share = self.candidates() / max(sampled, 1)
+        return round(len(specs) * share), round(over * share)
+
+    def price(self, trials: int, sampler: str, objective: str, answered: int) -> Estimate:
+        """What a search of this space will cost (serve.search.budget), from the candidates' count and a seeded
+        sample of PRICE_SAMPLE of them: the share that are plans, the share left out for their cost, and the mean
+        price of a plan. ``sampler``, ``objective``: as SearchRequest's; ``answered``: plans the answer predicts
+        again."""
+        candidates, (specs, _, sampled) = self.candidates(), self._priced
+        space_plans, over = self.estimated_size()
+        costs = [plan_cost(s.plan) for s in specs]
+        mean = sum(c.seconds - SECONDS_FIXED for c in costs) / len(costs) if costs else 0.0
+        largest = max((c.single_chunk_bytes for c in costs), default=0.0)
+        exhaustive = sampler == "exhaustive" or (sampler == "auto" and space_plans <= trials)
+        plans = space_plans if exhaustive else min(trials, space_plans)
+        # walked: a space of at most EXACT_COUNT_CANDIDATES is counted whole (for the answer), and listed again
+        # when exhaustive; a larger one until trials + 1 plans are seen, to know it is larger than the trials
+        if candidates <= EXACT_COUNT_CANDIDATES or exhaustive:
+            walked = candidates * (2 if exhaustive else 1)
+        else:
+            walked = min(candidates, (trials + 1) * sampled / max(len(specs), 1))
+        kind = "exhaustive" if exhaustive else ("tpe" if objective == "time" else "nsga2")
+        return estimate_of(kind, plans, mean, largest, int(walked), answered, trials, space_plans, over)
 
     def expert_tps(self, tp: int) -> tuple[int | None, ...]:
         """etp choices: the experts split as the MLP (None: etp = tp), or, with tp > 1 on a moe model, whole (1)."""
@@ -235,10 +366,13 @@ class Space:
 
 
 STOP_CHECK_EVERY = 2048
-
-
-class SpaceStopped(RuntimeError):
-    """An enumeration of the plan space was told to stop."""
+OVER_BUDGET = "over budget"  # a candidate that is a valid plan, left out for what predicting it would cost
+# a search's cost is estimated from a space's candidates walked whole up to PRICE_WHOLE of them (~0.2 s), else from
+# PRICE_SAMPLE drawn at random (~0.1 s): checked and priced
+PRICE_WHOLE = 20_000
+PRICE_SAMPLE = 2048
+# a sampled search's answer counts its space exactly up to this many candidates (~1.5 s), else from the sample
+EXACT_COUNT_CANDIDATES = 250_000
 
 
 def layout_name(layout: Layout) -> str:

@@ -194,6 +194,6 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """Complete trials within every constraint (serve.search.study: the plan's chance of running out of memory)."""
     return [
         t
-        for t in study.trials
+        for t in study.get_trials(deepcopy=False)
         if t.state == optuna.trial.TrialState.COMPLETE and t.constraints and all(c <= 0 for c in t.constraints.values())
     ]

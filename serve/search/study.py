@@ -23,6 +23,12 @@ model, so re-running the same search resumes it, and several searches (processes
 hosts on one PostgreSQL database) of one request share it: they take its trials in
 turn (serve.search.storage.exclusive), trials counts the study's trials, not each
 search's, and each answers once every trial of the study is evaluated.
+
+What a search will cost is estimated before it runs, and metered as it runs (serve.search.budget): the service
+refuses a synchronous search estimated over its budget, and stops any search at its budget, answering with the
+best plans it has evaluated, marked ``stopped_by: "budget"``. Plans evaluated again (samplers revisit good ones)
+are answered from the search's own cache, and so is its answer. A stop (a client gone, a cancel, SIGTERM: gnn.cancel)
+lands inside a batch, even inside one large plan.
 """
 
 from __future__ import annotations
@@ -31,17 +37,21 @@ import hashlib
 import json
 import math
 import time
+from dataclasses import dataclass, field
 
 import optuna
 from tqdm import tqdm
 
 from collect import REPO
 from collect.schema import RunSpec
+from gnn import cancel
+from gnn.inference.cost import SECONDS_FIXED, request_cost
 from gnn.inference.predictor import BatchPredictor
 from serve.api import model_summary, predictions
-from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest, SearchResponse, SearchResult
+from serve.schemas import MAX_SEARCH_TRIALS, PlanPrediction, SearchRequest, SearchResponse, SearchResult
 from serve.search import storage as stored
-from serve.search.space import Space, SpaceStopped
+from serve.search.budget import Budget, BudgetSpent, Estimate, Meter, sampler_seconds
+from serve.search.space import EXACT_COUNT_CANDIDATES, Space
 from serve.search.storage import feasible_trials, finished_trials
 from serve.search.trials import suggest
 
@@ -62,39 +72,76 @@ TPE_OPTIONS: dict = {}
 SPACE_VERSION = 3
 
 
-class SearchCancelled(RuntimeError):
-    """The search was told to stop (its client went away, or the service is shutting down)."""
+# the answer predicts again (from the search's cache, where it has one) its top_k plans and its Pareto front: priced
+# as this many plans beyond top_k
+PARETO_PLANS = 32
 
 
 class SearchRefused(ValueError):
-    """A search request that cannot be run as asked: the message says why and what to change."""
+    """A search request that cannot be run as asked: the message says why and what to change; ``field`` is the
+    request's field it concerns."""
+
+    def __init__(self, message: str, field: str = "sampler"):
+        super().__init__(message)
+        self.field = field
 
 
-def space_of(request: SearchRequest) -> Space:
+def space_of(request: SearchRequest, budget: Budget | None = None) -> Space:
+    """The request's plan space; with a ``budget``, only plans whose prediction fits in what it leaves beside the
+    study (Budget.plan_bytes), else those POST /predict would take alone."""
     w = request.workload
     # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
     choices = request.cluster.float8_choices
     precisions = choices if len(choices) > 1 and w.dtype == "bfloat16" else ()
     cluster, mbs = request.cluster.cluster(), request.micro_batch_sizes
-    return Space(w, cluster, micro_batch_sizes=mbs, precisions=precisions, framework=request.framework)
+    limits = {"max_plan_bytes": budget.plan_bytes(request.trials)} if budget is not None else {}
+    return Space(w, cluster, micro_batch_sizes=mbs, precisions=precisions, framework=request.framework, **limits)
 
 
-def exhaustive(request: SearchRequest, space: Space, should_stop=None) -> list[RunSpec] | None:
+def estimate(request: SearchRequest, space: Space) -> Estimate:
+    """What the search will cost, from its space's count and a priced sample of it (Space.price): no plan is
+    predicted. About 20 ms; at most a second for the largest spaces the limits allow."""
+    answered = request.top_k + (PARETO_PLANS if request.objective == "pareto" else 0)
+    return space.price(request.trials, request.sampler, request.objective, answered)
+
+
+def checked(request: SearchRequest, budget: Budget, refuse_over_time: bool) -> tuple[Space, Estimate]:
+    """The request's space and estimate, or SearchRefused (field trials) when the estimate is over ``budget``'s
+    memory, or over its time when ``refuse_over_time`` (a synchronous search: a background one stops at its budget
+    instead)."""
+    space = space_of(request, budget)
+    priced = estimate(request, space)
+    if priced.bytes > budget.bytes or (refuse_over_time and priced.seconds > budget.seconds):
+        advice = (
+            ": ask for fewer trials, narrow micro_batch_sizes, or search in the background (POST /searches), which "
+            "stops at its own budget with the best plans so far"
+            if refuse_over_time
+            else ""
+        )
+        raise SearchRefused(f"{priced.over(budget)}{advice}", field="trials")
+    return space, priced
+
+
+def exhaustive(request: SearchRequest, space: Space, meter: Meter | None = None) -> list[RunSpec] | None:
     """Every plan of the space, if the request asks for it or (auto) the space fits in the trial budget. A space
     larger than the budget is refused for sampler 'exhaustive' (SearchRefused, with its size): exhaustive means
-    every plan of a space no larger than the trials asked for."""
+    every plan of a space no larger than the trials asked for. A space small enough is counted whole here, for the
+    answer (Space.count keeps it)."""
+    if space.candidates() <= EXACT_COUNT_CANDIDATES:
+        space.count(meter=meter)
     if request.sampler == "optuna":
         return None
-    if space.count(limit=request.trials, should_stop=should_stop) > request.trials:
+    if space.count(limit=request.trials, meter=meter) > request.trials:
         if request.sampler == "exhaustive":
-            size = space.count(should_stop=should_stop)
+            size = space.count() if space.over_budget_plans is not None else None
+            holds = f"{size:,} plans" if size is not None else f"more than {request.trials:,} plans"
             raise SearchRefused(
-                f"sampler 'exhaustive' evaluates every plan of the space, and this space holds {size:,} plans, over "
+                f"sampler 'exhaustive' evaluates every plan of the space, and this space holds {holds}, over "
                 f"the trial budget of {request.trials}: raise trials (at most {MAX_SEARCH_TRIALS:,}), narrow "
                 "micro_batch_sizes, or use sampler 'auto' or 'optuna'"
             )
         return None
-    return list(space.iter_plans(should_stop))
+    return list(space.iter_plans(meter))
 
 
 def study_name(request: SearchRequest, predictor: BatchPredictor) -> str:
@@ -131,6 +178,14 @@ def _draw_apart(request: SearchRequest, study: optuna.Study) -> None:
         study.sampler = _sampler(request, int(hashlib.sha256(f"{request.seed}:{n}".encode()).hexdigest()[:8], 16))
 
 
+@dataclass
+class Evaluated:
+    """What a search has predicted, by trial parameters (serve.search.storage.key): the plan and its prediction,
+    so a plan sampled again, and the answer's top plans, cost nothing more."""
+
+    plans: dict[str, tuple[RunSpec, PlanPrediction]] = field(default_factory=dict)
+
+
 def run_search(
     predictor: BatchPredictor,
     request: SearchRequest,
@@ -138,43 +193,64 @@ def run_search(
     name: str | None = None,
     progress: bool = False,
     space: Space | None = None,
-    should_stop=None,
     on_progress=None,
+    meter: Meter | None = None,
+    evaluated: Evaluated | None = None,
 ) -> optuna.Study:
     """Run (or resume, or join) the study until it holds request.trials finished trials, or every plan of the space
     when exhaustive (over ``space`` if given), and until the trials other searches of it run are finished too.
     request.trials is the study's size, not this search's share: three searches asking 100 each end with 100
     between them (ask for more to add some). A search first gives back the trials a killed one left running, so
     each is evaluated; an exhaustive one evaluates each plan of the space exactly once, however many share it.
-    ``on_progress(done, total)``: told after each round (the browser page's progress bar)."""
+    ``on_progress(done, total)``: told after each round (the browser page's progress bar). ``meter``: the search
+    stops before a step it cannot pay for, with ``meter.stopped`` saying so (its unevaluated trials failed, so
+    the study holds only what was evaluated). ``evaluated``: the search's predictions, kept for its answer."""
     space = space or space_of(request)
+    meter = meter or Meter(None)
+    evaluated = evaluated if evaluated is not None else Evaluated()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        plans = exhaustive(request, space, should_stop)
-    except SpaceStopped as e:
-        raise SearchCancelled(str(e)) from None
+        plans = exhaustive(request, space, meter)
+    except BudgetSpent as e:
+        meter.stopped = str(e)
+        plans = []  # nothing to evaluate: the answer says the search stopped before its first plan
     # an exhaustive study and a sampled one of the same request are different studies
     name = name or study_name(request, predictor) + ("-all" if plans is not None else "")
     opened = stored.open_storage(storage)
     study = make_study(request, name, opened)
     with stored.exclusive(opened, name):
         stored.requeue_abandoned(study)
-        if plans is not None:
+        if plans:
             stored.enqueue_missing(study, plans, space)
+    if meter.stopped:
+        return study
+    sampler = "exhaustive" if plans is not None else ("tpe" if request.objective == "time" else "nsga2")
+    try:
+        meter.pay(SECONDS_FIXED, "its first prediction")
+    except BudgetSpent as e:
+        meter.stopped = str(e)
+        return study
     running, since, joined, done = None, time.monotonic(), False, 0
     total = _left(request, study, plans)
     with tqdm(total=total, desc="searching plans", unit="trial", disable=not progress) as bar:
         while True:
-            if should_stop is not None and should_stop():
-                raise SearchCancelled(f"search stopped with {_left(request, study, plans)} trials to go")
-            with stored.exclusive(opened, name):  # counted and taken in one go: another search takes trials too
-                stored.requeue_abandoned(study, own=False)
-                if not joined:  # what the study holds when this search first asks: the count under the lock
-                    _draw_apart(request, study)
-                    joined = True
-                batch = _take(request, study, plans is not None, shared=opened is not None)
+            cancel.check(f"the search, with {_left(request, study, plans)} trials to go,")
+            batch = []
+            try:
+                with stored.exclusive(opened, name):  # counted and taken in one go: another search takes trials too
+                    stored.requeue_abandoned(study, own=False)
+                    if not joined:  # what the study holds when this search first asks: the count under the lock
+                        _draw_apart(request, study)
+                        joined = True
+                    batch = _take(request, study, plans is not None, opened is not None, meter, sampler)
+                if batch:
+                    _evaluate(predictor, request, study, space, batch, meter, evaluated)
+            except BudgetSpent as e:
+                meter.stopped = str(e)
+                for t in batch:  # what was asked and not evaluated is not part of the answer
+                    study.tell(t, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+                return study
             if batch:
-                _evaluate(predictor, request, study, space, batch)
                 bar.update(len(batch))
                 done += len(batch)  # not bar.n: a disabled bar counts nothing
                 if on_progress is not None:
@@ -188,12 +264,25 @@ def run_search(
             time.sleep(POLL_S)
 
 
-def _take(request: SearchRequest, study: optuna.Study, queued_only: bool, shared: bool) -> list[optuna.Trial]:
-    """This round's trials: queued plans, or (sampled) as many as the study still lacks, counting those running."""
+def _take(
+    request: SearchRequest, study: optuna.Study, queued_only: bool, shared: bool, meter: Meter, sampler: str
+) -> list[optuna.Trial]:
+    """This round's trials: queued plans, or (sampled) as many as the study still lacks, counting those running;
+    the sampler's work for them paid on ``meter`` first."""
     if queued_only:
-        return stored.claim_queued(study, BATCH if shared else EXHAUSTIVE_BATCH)
-    n = min(BATCH, request.trials - stored.count(study, *stored.FINISHED, stored.RUNNING))
-    return [stored.ask(study) for _ in range(n)]
+        n = min(BATCH if shared else EXHAUSTIVE_BATCH, stored.count(study, stored.WAITING))
+    else:
+        n = min(BATCH, request.trials - stored.count(study, *stored.FINISHED, stored.RUNNING))
+    if n <= 0:
+        return []
+    meter.pay(sampler_seconds(sampler, stored.finished(study), n), f"asking the sampler for {n} more plans")
+    if queued_only:
+        return stored.claim_queued(study, n)
+    trials = []
+    for _ in range(n):
+        cancel.check("asking the sampler for plans")  # TPE's ask reads every finished trial: ~0.1 s at 5,000
+        trials.append(stored.ask(study))
+    return trials
 
 
 def _left(request: SearchRequest, study: optuna.Study, plans) -> int:
@@ -202,50 +291,98 @@ def _left(request: SearchRequest, study: optuna.Study, plans) -> int:
     return max(request.trials - stored.finished(study), 0)
 
 
-def _evaluate(predictor: BatchPredictor, request: SearchRequest, study: optuna.Study, space: Space, batch) -> None:
-    specs = [suggest(t, space) for t in batch]
-    valid = [(t, s) for t, s in zip(batch, specs) if s is not None]
-    for t, s in zip(batch, specs):
-        if s is None:
-            t.set_user_attr("invalid", "rejected by collect.schema.plan_problems")
-            study.tell(t, state=optuna.trial.TrialState.PRUNED)
-    if not valid:
-        return
-    pred = predictor.predict([s for _, s in valid], request.cluster.hardware_name(), workers=0)
-    for (t, s), row in zip(valid, pred.to_dict("records")):
-        capacity = s.cluster.memory_bytes
-        over = (row["peak_mem_bytes"] - capacity) / capacity
-        # feasible when <= 0, what the samplers read: a plan may run out of memory no more often than asked
-        t.set_constraint("oom_risk_over_max", row["oom_risk"] - request.max_oom_risk)
-        t.set_user_attr("mem_over_capacity", over)
-        t.set_user_attr("oom_risk", row["oom_risk"])
-        t.set_user_attr("iter_time_s", row["iter_time_s"])
-        t.set_user_attr("peak_mem_bytes", row["peak_mem_bytes"])
-        values = [math.log(row["iter_time_s"])]
-        if request.objective == "pareto":
-            values.append(math.log(row["peak_mem_bytes"]))
-        study.tell(t, values if len(values) > 1 else values[0])
+# a round's new plans are predicted in chunks of about this much estimated work, each paid for before it runs: the
+# search stops at its budget to within a chunk
+CHUNK_SECONDS = 1.0
+
+
+def _evaluate(
+    predictor: BatchPredictor,
+    request: SearchRequest,
+    study: optuna.Study,
+    space: Space,
+    batch,
+    meter: Meter,
+    evaluated: Evaluated,
+) -> None:
+    todo = []
+    for t in batch:
+        spec = suggest(t, space)
+        if spec is None:
+            study.tell(t, state=optuna.trial.TrialState.PRUNED)  # suggest() said why, in the trial's "invalid"
+            continue
+        known = evaluated.plans.get(stored.key(t.params))
+        if known is not None:
+            _tell(study, request, t, known[1])
+        else:
+            todo.append((t, spec))
+    for chunk in _chunks(todo):
+        specs = [s for _, s in chunk]
+        # a request's fixed share (new hardware, new pipeline shapes) is paid once per search, by run_search
+        seconds = request_cost([s.plan for s in specs]).seconds - SECONDS_FIXED
+        meter.pay(seconds, f"predicting {len(todo)} more plans")
+        columns = predictor.predict_columns(specs, request.cluster.hardware_name(), workers=0)
+        for (t, spec), prediction in zip(chunk, predictions(columns)):
+            evaluated.plans[stored.key(t.params)] = (spec, prediction)
+            _tell(study, request, t, prediction)
+
+
+def _chunks(todo: list) -> list[list]:
+    """``todo`` in order, cut where a chunk's estimated work would pass CHUNK_SECONDS (a single plan may)."""
+    chunks, current, seconds = [], [], 0.0
+    for item in todo:
+        step = request_cost([item[1].plan]).seconds
+        if current and seconds + step > CHUNK_SECONDS:
+            chunks.append(current)
+            current, seconds = [], 0.0
+        current.append(item)
+        seconds += step
+    return chunks + ([current] if current else [])
+
+
+def _tell(study: optuna.Study, request: SearchRequest, t, p: PlanPrediction) -> None:
+    capacity = request.cluster.cluster().memory_bytes
+    t.set_user_attr("mem_over_capacity", (p.peak_mem_bytes - capacity) / capacity)
+    # feasible when <= 0, what the samplers read: a plan may run out of memory no more often than asked
+    t.set_constraint("oom_risk_over_max", p.oom_risk - request.max_oom_risk)
+    t.set_user_attr("oom_risk", p.oom_risk)
+    t.set_user_attr("iter_time_s", p.iter_time_s)
+    t.set_user_attr("peak_mem_bytes", p.peak_mem_bytes)
+    values = [math.log(p.iter_time_s)]
+    if request.objective == "pareto":
+        values.append(math.log(p.peak_mem_bytes))
+    study.tell(t, values if len(values) > 1 else values[0])
 
 
 def _results(
-    predictor: BatchPredictor, request: SearchRequest, trials, space: Space, limit: int | None = None
+    predictor: BatchPredictor,
+    request: SearchRequest,
+    trials,
+    space: Space,
+    evaluated: Evaluated,
+    limit: int | None = None,
 ) -> list[SearchResult]:
-    """The distinct plans of ``trials`` (in order, at most ``limit``), re-predicted in full."""
-    specs, seen = [], set()
+    """The distinct plans of ``trials`` (in order, at most ``limit``), each with its full prediction: the search's
+    own where it made one, else predicted now (trials another search of a shared study evaluated)."""
+    picked, seen = [], set()
     for t in trials:
-        spec = suggest(optuna.trial.FixedTrial(t.params), space)
+        spec, prediction = evaluated.plans.get(stored.key(t.params)) or (
+            suggest(optuna.trial.FixedTrial(t.params), space),
+            None,
+        )
         key = spec.plan.model_dump_json() + str(spec.workload.micro_batch_size)
         if key not in seen:  # samplers revisit good plans: the top k are k different plans
             seen.add(key)
-            specs.append(spec)
-            if limit is not None and len(specs) == limit:
+            picked.append((spec, prediction))
+            if limit is not None and len(picked) == limit:
                 break
-    if not specs:
-        return []
-    columns = predictor.predict_columns(specs, request.cluster.hardware_name(), workers=0)
+    missing = [s for s, p in picked if p is None]
+    if missing:
+        predicted = iter(predictions(predictor.predict_columns(missing, request.cluster.hardware_name(), workers=0)))
+        picked = [(s, p if p is not None else next(predicted)) for s, p in picked]
     return [
         SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, float8=s.workload.float8, prediction=p)
-        for s, p in zip(specs, predictions(columns))
+        for s, p in picked
     ]
 
 
@@ -255,34 +392,43 @@ def search(
     storage: str | None = None,
     progress: bool = False,
     space: Space | None = None,
-    should_stop=None,
+    meter: Meter | None = None,
+    estimated: Estimate | None = None,
 ) -> SearchResponse:
-    """Run the search and answer with the top plans (and the Pareto front); ``space`` narrows the default space."""
+    """Run the search and answer with the top plans (and the Pareto front); ``space`` narrows the default space,
+    ``meter`` bounds it (serve.search.budget), ``estimated`` is what it was estimated to cost (said in the answer)."""
     space = space or space_of(request)
-    study = run_search(predictor, request, storage, progress=progress, space=space, should_stop=should_stop)
-    return answer(predictor, request, study, space, should_stop)
+    meter, evaluated = meter or Meter(None), Evaluated()
+    study = run_search(predictor, request, storage, progress=progress, space=space, meter=meter, evaluated=evaluated)
+    return answer(predictor, request, study, space, meter, evaluated, estimated)
 
 
 def answer(
-    predictor: BatchPredictor, request: SearchRequest, study: optuna.Study, space: Space, should_stop=None
+    predictor: BatchPredictor,
+    request: SearchRequest,
+    study: optuna.Study,
+    space: Space,
+    meter: Meter | None = None,
+    evaluated: Evaluated | None = None,
+    estimated: Estimate | None = None,
 ) -> SearchResponse:
-    """A finished study as the search's response: its top plans, re-predicted in full, and its Pareto front."""
+    """A finished (or stopped) study as the search's response: its top plans and its Pareto front."""
+    evaluated = evaluated if evaluated is not None else Evaluated()
     feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
-    best = _results(predictor, request, feasible, space, limit=request.top_k)
+    best = _results(predictor, request, feasible, space, evaluated, limit=request.top_k)
     pareto = []
     if request.objective == "pareto":
         feasible_ids = {t.number for t in feasible}
         front = [t for t in study.best_trials if t.number in feasible_ids]
-        pareto = sorted(_results(predictor, request, front, space), key=lambda r: r.prediction.iter_time_s)
+        pareto = sorted(_results(predictor, request, front, space, evaluated), key=lambda r: r.prediction.iter_time_s)
     finished = finished_trials(study)
     distinct = len({stored.key(t.params) for t in finished})
-    try:
-        space_size = space.count(should_stop=should_stop)
-    except SpaceStopped as e:
-        raise SearchCancelled(str(e)) from None
+    counted = space.over_budget_plans is not None  # counted whole (Space.count), else estimated from a sample
+    size, over = (space.count(), space.over_budget_plans) if counted else space.estimated_size()
     # what was searched, said as it happened: exhaustive only when every plan of the space was evaluated
-    fits = request.sampler != "optuna" and space_size <= request.trials
-    sampler = "exhaustive" if fits and distinct == space_size else "optuna"
+    fits = counted and request.sampler != "optuna" and size <= request.trials
+    sampler = "exhaustive" if fits and distinct == size else "optuna"
+    stopped = meter.stopped if meter is not None else None
     return SearchResponse(
         model=model_summary(predictor),
         objective=request.objective,
@@ -290,9 +436,14 @@ def answer(
         trials=len(finished),
         distinct_plans=distinct,
         feasible_trials=len(feasible),
-        space_size=space_size,
+        space_size=size,
+        space_size_exact=counted,
+        over_budget_plans=over,
         best=best,
         pareto=pareto,
         precisions=list(space.precisions),
         moe=request.workload.family == "moe",
+        stopped_by="budget" if stopped else None,
+        stop_reason=stopped,
+        estimate=estimated.summary() if estimated is not None else None,
     )

@@ -35,9 +35,11 @@ def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     etps = space.expert_tps(tp)
     etp = trial.suggest_categorical("etp", ["tp", 1]) if len(etps) > 1 else None
     precision = _suggest_precision(trial, space, sharding)
-    return space.spec(
-        layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision, None if etp == "tp" else etp
-    )
+    choice = (layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision, None if etp == "tp" else etp)
+    spec = space.spec(*choice)
+    if spec is None:  # pruned: the trial says why
+        trial.set_user_attr("invalid", space.why_not(*choice))
+    return spec
 
 
 def _sharding_param(space: Space, dp: int, tp: int) -> str:

@@ -212,9 +212,14 @@ function show(response, points, seconds) {
   $("results").hidden = false;
   const rows = response.objective === "pareto" && response.pareto.length ? response.pareto : response.best;
   state.rows = rows.map((r, i) => ({ ...r, rank: i + 1 }));
+  const about = response.space_size_exact ? "" : "about ";
+  const skipped = response.over_budget_plans ? `; ${about}${response.over_budget_plans.toLocaleString()} plans too ` +
+    "costly to predict left out" : "";
+  const stopped = response.stopped_by === "budget" ? " — stopped at its budget: the best of the plans it evaluated" : "";
   $("summary").textContent = `${response.trials} trials (${response.distinct_plans} distinct plans, ` +
-    `${response.feasible_trials} that fit) of a space of ${response.space_size.toLocaleString()} plans, ` +
-    `${response.sampler}, ${seconds.toFixed(1)} s` + (response.precisions.length ? `; precisions ${response.precisions.join(", ")}` : "");
+    `${response.feasible_trials} that fit) of a space of ${about}${response.space_size.toLocaleString()} plans, ` +
+    `${response.sampler}, ${seconds.toFixed(1)} s` + (response.precisions.length ? `; precisions ${response.precisions.join(", ")}` : "") +
+    skipped + stopped;
   answer(rows, points);
   downloads(response);
   drawTable();

@@ -4,9 +4,6 @@ fresh clone's `make serve` answers with, so the page shows what a user would see
 import json
 import os
 import shutil
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,27 +32,6 @@ def explorer():
     yield client.base_url
     proc.terminate()
     proc.wait(timeout=30)
-
-
-def call(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data, {"Content-Type": "application/json"}, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def finished(base: str, job_id: str, deadline_s: float = 300) -> dict:
-    """GET /searches/{id} until it is no longer queued or running."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        status, body = call(base, "GET", f"/searches/{job_id}")
-        assert status == 200, body
-        if body["state"] not in ("queued", "running") or time.monotonic() > deadline:
-            return body
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

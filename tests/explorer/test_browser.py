@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.explorer.conftest import REPO, REQUEST, call
+from tests.explorer.conftest import REPO, REQUEST
+from tests.serve.conftest import call
 
 SCREENSHOT = Path(os.environ.get("PLANSIGHT_SCREENSHOT", REPO / "build" / "explorer.png"))
 WAIT_MS = 120_000

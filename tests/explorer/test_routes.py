@@ -5,7 +5,8 @@ import base64
 import re
 import urllib.request
 
-from tests.explorer.conftest import REQUEST, call, finished
+from tests.explorer.conftest import REQUEST
+from tests.serve.conftest import call, finished
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # a name, never fetched
@@ -101,11 +102,12 @@ def test_bad_requests_name_their_field(explorer):
     wrong = {"workload": REQUEST["workload"], "cluster": REQUEST["cluster"], "plans": [{"dp": 3}]}
     status, body = call(explorer, "POST", "/explain", wrong)
     assert status == 422 and "plans[0]" in body["detail"][0]["msg"]
-    # a plan /predict answers can be too large to take apart, which simulates it twice: refused before any work
+    # a plan /predict answers can be too large to take apart, which simulates it again and draws it: refused before
+    # any work
     deep = {"pp": 224, "pp_schedule": "1f1b", "num_microbatches": 1024}
     workload = {"family": "llama", "layers": 224, "hidden": 1024, "heads": 8, "ffn_hidden": 3584, "seq_len": 1024,
                 "vocab": 32000, "micro_batch_size": 1, "global_batch_size": 1024, "dtype": "bfloat16"}  # fmt: skip
     heavy = {"workload": workload, "cluster": {"preset": "h100-80gb", "nodes": 28}, "plans": [deep]}
     status, body = call(explorer, "POST", "/explain", heavy)
-    assert status == 422 and "simulates it twice" in body["detail"][0]["msg"], body
+    assert status == 422 and "simulates it again" in body["detail"][0]["msg"], body
     assert call(explorer, "POST", "/predict", heavy)[0] == 200

@@ -1,10 +1,13 @@
 """A real server process over the small trained predictor (tests/conftest.py: predictor_path)."""
 
+import json
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -39,8 +42,9 @@ def _free_port() -> int:
 CLIENT_TIMEOUT_S = 2  # the test servers close stalled connections after this (the default is 10 s)
 
 
-def start_server(predictor_path: Path):
-    """`python -m serve serve` on a free loopback port: (process, client) once it answers /health."""
+def start_server(predictor_path: Path, *options: str):
+    """`python -m serve serve` on a free loopback port, with ``options`` (--slot-wait 1 ...): (process, client)
+    once it answers /health."""
     port = _free_port()
     # a file, not a pipe: nobody reads a pipe while the tests run, and a full one would block the server
     log = tempfile.NamedTemporaryFile("w+", prefix="plansight-server-", suffix=".log", delete=False)
@@ -56,6 +60,7 @@ def start_server(predictor_path: Path):
             str(predictor_path),
             "--client-timeout",
             str(CLIENT_TIMEOUT_S),
+            *options,
         ],
         cwd=REPO,
         stdout=log,
@@ -85,3 +90,25 @@ def server(predictor_path):
     yield client
     proc.terminate()
     proc.wait(timeout=30)
+
+
+def call(base: str, method: str, path: str, body: dict | None = None, timeout: float = 120) -> tuple[int, dict]:
+    """One request to the server at ``base``: (status, the JSON it answered), errors included."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data, {"Content-Type": "application/json"}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def finished(base: str, job_id: str, deadline_s: float = 300) -> dict:
+    """GET /searches/{id} until it is no longer queued or running."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        status, body = call(base, "GET", f"/searches/{job_id}")
+        assert status == 200, body
+        if body["state"] not in ("queued", "running") or time.monotonic() > deadline:
+            return body
+        time.sleep(0.2)

@@ -20,10 +20,10 @@ from tests.serve.conftest import CLIENT_TIMEOUT_S, CLUSTER, WORKLOAD, start_serv
 
 PLAN = {"dp": 4, "num_microbatches": 4}
 FUZZ_CASES = 600
-BIG_SEARCH = {
+BIG_SEARCH = {  # a synchronous search estimated just under its budget (serve.search.budget.SEARCH): seconds of work
     "workload": {**WORKLOAD, "layers": 32, "global_batch_size": 4096},
-    "cluster": {"preset": "h100-80gb", "nodes": 2048},
-    "trials": 5000,
+    "cluster": {"preset": "h100-80gb", "nodes": 4},
+    "trials": 300,
 }
 
 
@@ -172,7 +172,7 @@ def test_sigterm_stops_the_server_mid_search(predictor_path):
         proc.send_signal(signal.SIGTERM)
         answer = sock.recv(4096).decode("latin-1").lower()  # the request in flight is told, not cut off
         assert answer.startswith("http/1.1 503") and "retry-after:" in answer, answer
-        assert proc.wait(timeout=60) is not None  # 5,000 trials would take minutes
+        assert proc.wait(timeout=60) is not None  # a bound on a hang, not a timing
         sock.close()
     finally:
         if proc.poll() is None:

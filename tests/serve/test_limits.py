@@ -19,7 +19,7 @@ from collect.schema.plan import MAX_DEGREE
 from collect.schema.workload import MAX_HEADS, MAX_LAYERS, MAX_TOKENS
 from experiments.bench.request_cost import tree_rss
 from gnn.costs.hardware import hardware_model
-from gnn.inference.cost import CHUNK_BYTES, REQUEST_SECONDS, graph_passes, plan_cost, request_cost
+from gnn.inference.cost import CHUNK_BYTES, REQUEST_SECONDS, graph_passes, nodes_per_pass, plan_cost, request_cost
 from gnn.inference.workers import CHUNK, chunk_bounds
 from gnn.sim import truncate
 from serve.guard import BODY_DEADLINE_CHUNKS
@@ -188,6 +188,31 @@ def test_the_estimate_counts_the_passes_featurisation_builds(monkeypatch, pp, vi
     cluster = Cluster(devices_per_node=pp, memory_bytes=2**30)
     truncate.simulate_plan(w, plan, cluster, hardware_model("a100-80gb", "data/hardware"))
     assert list(graph_passes(plan)) == [len(g.passes.start) for g in built]
+
+
+MOE = Workload(family="moe", layers=16, hidden=256, heads=8, kv_heads=2, seq_len=256, vocab=1024, micro_batch_size=1,
+               global_batch_size=64, experts=8, top_k=2, expert_ffn_hidden=512, dtype="bfloat16")  # fmt: skip
+DENSE = Workload(family="llama", layers=16, hidden=256, heads=8, kv_heads=2, ffn_hidden=512, seq_len=256, vocab=1024,
+                 micro_batch_size=1, global_batch_size=64, dtype="bfloat16")  # fmt: skip
+
+
+LAYOUTS = [(moe, tp, cp, 1) for moe in (False, True) for tp, cp in ((1, 1), (4, 1), (1, 4), (4, 4))]
+
+
+@pytest.mark.parametrize("moe,tp,cp,ep", LAYOUTS + [(True, 1, 1, 4), (True, 4, 4, 4)])
+@pytest.mark.parametrize("sharding,recompute", [("none", "none"), ("zero1", "selective"), ("fsdp_full", "full")])
+def test_the_estimate_bounds_the_nodes_of_a_pass_closely(moe, tp, cp, ep, sharding, recompute):
+    """A graph's cost is priced per node: nodes_per_pass must not undercount any parallelism's nodes (a request
+    would then run past its estimate, as mixture-of-experts plans did at 1.7x), nor price them far above."""
+    plan = Plan(pp=4, dp=max(ep // cp, 1), tp=tp, cp=cp, ep=ep, sharding=sharding, recompute=recompute,
+                pp_schedule="1f1b", num_microbatches=8, sequence_parallel=tp > 1)  # fmt: skip
+    world = plan.pp * plan.dp * tp * cp
+    cluster = Cluster(nodes=max(world // 8, 1), devices_per_node=min(world, 8), device="cuda",
+                      device_kind="h100-80gb", memory_bytes=80 * 2**30, backend="nccl")  # fmt: skip
+    w = (MOE if moe else DENSE).model_copy(update={"global_batch_size": 8 * plan.dp})
+    graph = truncate.build_graph(w, plan, cluster, hardware_model("h100-80gb", "data/hardware"))
+    built = graph.num_nodes / len(graph.passes.start)
+    assert built <= nodes_per_pass(plan) <= 1.35 * built, (built, nodes_per_pass(plan))
 
 
 def test_a_chunk_of_big_graphs_holds_few_of_them():

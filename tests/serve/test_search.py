@@ -103,7 +103,7 @@ def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor,
     storage = f"sqlite:///{tmp_path / 'killed.db'}"
     request = request_small.model_copy(update={"trials": 1000, "sampler": "exhaustive"})
     calls = {"n": 0}
-    real_predict = predictor.predict
+    real_predict = predictor.predict_columns
 
     def dies_on_the_second_batch(*args, **kwargs):
         calls["n"] += 1
@@ -111,12 +111,12 @@ def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor,
             raise KeyboardInterrupt  # what Ctrl-C or a kill does mid-batch: asked trials are never told
         return real_predict(*args, **kwargs)
 
-    monkeypatch.setattr(predictor, "predict", dies_on_the_second_batch)
+    monkeypatch.setattr(predictor, "predict_columns", dies_on_the_second_batch)
     with pytest.raises(KeyboardInterrupt):
         run_search(predictor, request, storage=storage, name="killed")
     killed = optuna.load_study(study_name="killed", storage=storage)
     assert killed.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    monkeypatch.setattr(predictor, "predict", real_predict)
+    monkeypatch.setattr(predictor, "predict_columns", real_predict)
 
     study = run_search(predictor, request, storage=storage, name="killed")
     states = [t.state for t in study.trials]
