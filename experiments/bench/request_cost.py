@@ -42,6 +42,9 @@ CASES = [  # (label, pp, virtual stages, micro-batches, plans)
     # pp -1: moe_specs, a DeepSeek-V3-shaped model (latent attention, 256 experts) in MXFP8 on 1,024 GB200s
     ("1 MoE plan, pp 128 x 1024, ep 8", -1, 1, 1024, 1),
     ("48 different MoE plans, pp 16-128, ep 8-64", -1, 1, 0, 48),
+    # pp -2: moe_parallel_specs, a Mixtral-shaped model with every parallelism that adds nodes to a pass
+    ("1 MoE plan, pp 104 x 1024, tp 8 cp 8 ep 8, FSDP, full recompute", -2, 1, 1024, 1),
+    ("8 MoE plans, pp 64 x 1024, tp 8 cp 8 ep 8, FSDP, full recompute", -2, 1, 1024, 8),
 ]
 MOE_HARDWARE = "gb200-nvl72"
 
@@ -54,6 +57,8 @@ def specs(pp: int, virtual: int, microbatches: int, n: int):
         return mixed_specs(n)
     if pp == -1:
         return moe_specs(microbatches, n)
+    if pp == -2:
+        return moe_parallel_specs(104 if n == 1 else 64, microbatches, n)
 
     stages = pp * virtual
     w = Workload(
@@ -131,6 +136,23 @@ def moe_specs(microbatches: int, n: int):
     return [RunSpec(workload=w, plan=p, cluster=cluster) for p in plans[:n]]
 
 
+def moe_parallel_specs(pp: int, microbatches: int, n: int):
+    """``n`` identical plans of a Mixtral-shaped model of ``pp`` layers, pp x tp 8 x cp 8 with ep 8, FSDP and full
+    recompute: the most nodes a pass can hold (gnn.inference.cost.nodes_per_pass)."""
+    # lazy: only the child process that runs a case imports the schema
+    from collect.schema import Cluster, Plan, RunSpec, Workload
+
+    w = Workload(
+        family="moe", layers=pp, hidden=4096, heads=32, kv_heads=8, seq_len=8192, vocab=32000, micro_batch_size=1,
+        global_batch_size=microbatches, dtype="bfloat16", experts=8, top_k=2, expert_ffn_hidden=14336,
+    )  # fmt: skip
+    plan = Plan(pp=pp, tp=8, cp=8, ep=8, sharding="fsdp_full", recompute="full", sequence_parallel=True,
+                pp_schedule="1f1b", num_microbatches=microbatches)  # fmt: skip
+    cluster = Cluster(nodes=pp * 8, devices_per_node=8, device="cuda", device_kind="h100-80gb",
+                      memory_bytes=80 * 2**30, backend="nccl")  # fmt: skip
+    return [RunSpec(workload=w, plan=plan, cluster=cluster)] * n
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and its children (the featurisation workers), from /proc."""
     total = 0
@@ -189,9 +211,9 @@ def run_case(model: str, case: tuple) -> dict:
         "estimated_seconds": round(cost.seconds, 3),
         "peak_mib": round((peak[0] - base) / 2**20, 1),
         "estimated_peak_mib": round(cost.peak_bytes / 2**20, 1),
-        "sim_passes": cost.sim_passes,
+        "sim_nodes": round(cost.sim_nodes),
         "gnn_passes": cost.gnn_passes,
-        "largest_graph": cost.largest_graph,
+        "largest_graph_nodes": round(cost.largest_graph),
     }
 
 

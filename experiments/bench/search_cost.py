@@ -1,6 +1,7 @@
-"""What one plan search costs in memory, as the HTTP service runs it (a study in memory): wall time and the
-process's resident-memory high-water mark above what it held before, for a sampled search at the trial limit and an
-exhaustive one over the demo's space.
+"""What one plan search costs, as the HTTP service runs it (a study in memory): wall time and the process's
+resident-memory high-water mark above what it held before, for a sampled search at the trial limit and an
+exhaustive one over the demo's space, beside what serve.search.budget estimated before it ran and what its meter
+charged as it ran (no budget: the search runs to the end).
 
     python -m experiments.bench.search_cost [--model models:/plansight@champion] [--out FILE]
 
@@ -19,7 +20,8 @@ import time
 from collect import REPO
 from serve.api import load_predictor
 from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest
-from serve.search.study import search
+from serve.search.budget import Meter
+from serve.search.study import estimate, search, space_of
 
 WORKLOAD = json.loads((REPO / "experiments" / "requests" / "gpt-20l-1536.json").read_text())
 CASES = {
@@ -34,13 +36,17 @@ def run_case(model: str, label: str) -> dict:
     predictor = load_predictor(model)
     request = SearchRequest.model_validate({"workload": WORKLOAD, **CASES[label]})
     search(predictor, request.model_copy(update={"trials": 32, "sampler": "optuna"}))  # warm: graphs, numba
+    space = space_of(request)
+    priced, meter = estimate(request, space), Meter(None)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    response = search(predictor, request)
+    response = search(predictor, request, space=space, meter=meter)
     wall = time.perf_counter() - start
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
     return {"case": label, "wall_s": wall, "rss_high_water_growth_bytes": grown, "trials": response.trials,
-            "distinct_plans": response.distinct_plans, "best_s": response.best[0].prediction.iter_time_s}  # fmt: skip
+            "distinct_plans": response.distinct_plans, "best_s": response.best[0].prediction.iter_time_s,
+            "estimated_s": priced.seconds, "estimated_parts_s": priced.parts, "metered_s": meter.spent,
+            "measured_over_estimated": wall / priced.seconds, "estimated_bytes": priced.bytes}  # fmt: skip
 
 
 def main() -> None:
@@ -58,7 +64,8 @@ def main() -> None:
         results.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
         r = results[-1]
         grown = r["rss_high_water_growth_bytes"] / 2**20
-        print(f"{label}: {r['wall_s']:.1f} s, +{grown:.0f} MiB, {r['trials']} trials", flush=True)
+        print(f"{label}: {r['wall_s']:.1f} s (estimated {r['estimated_s']:.1f}), +{grown:.0f} MiB "
+              f"(estimated {r['estimated_bytes'] / 2**20:.0f}), {r['trials']} trials", flush=True)  # fmt: skip
     with open(args.out, "w") as f:
         json.dump({"model": args.model, "results": results}, f, indent=1)
 

@@ -27,6 +27,9 @@ from gnn.sim.truncate import sampled_counts
 SECONDS_FIXED = 0.2  # a request's first plan on a hardware record or pipeline shape the server has not seen
 SECONDS_PER_PLAN = 2.0e-4  # validation, a pass compiler, the response row
 SECONDS_PER_SIM_NODE = 5.0e-6  # layout, graph, simulation and memory replay, per node of every graph built
+# ... and a graph's work grows faster than its nodes (a pipeline of 256 stages x 512 micro-batches, 4x the nodes of
+# 128 x 256, took 6-7x as long): per pair of nodes of each graph built, which matters only past ~10^5 nodes
+SECONDS_PER_NODE_PAIR = 3.0e-12
 SECONDS_PER_GNN_PASS = 1.5e-5  # features, packing and the ensemble's forward pass, per pass the GNN reads
 SECONDS_PER_DRAWN = 4.0e-5  # a bar of a timeline (gnn.render), drawn and rasterised
 SECONDS_DRAWING = 1.5  # a timeline's figure, axes, legend, labels and PNG, however few its bars
@@ -78,6 +81,7 @@ class Cost:
     largest_read: int = 0  # passes of the largest graph the GNN reads
     drawn: float = 0  # bars of the timelines drawn
     timelines: int = 0
+    node_pairs: float = 0  # the sum over graphs built of their nodes squared
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(
@@ -88,6 +92,7 @@ class Cost:
             max(self.largest_read, other.largest_read),
             self.drawn + other.drawn,
             self.timelines + other.timelines,
+            self.node_pairs + other.node_pairs,
         )
 
     @property
@@ -96,6 +101,7 @@ class Cost:
             SECONDS_FIXED * (self.plans > 0)
             + SECONDS_PER_PLAN * self.plans
             + SECONDS_PER_SIM_NODE * self.sim_nodes
+            + SECONDS_PER_NODE_PAIR * self.node_pairs
             + SECONDS_PER_GNN_PASS * self.gnn_passes
             + SECONDS_PER_DRAWN * self.drawn
             + SECONDS_DRAWING * self.timelines
@@ -122,16 +128,19 @@ class Cost:
 
 def plan_cost(plan: Plan) -> Cost:
     passes, per_pass = graph_passes(plan), nodes_per_pass(plan)
-    return Cost(1, sum(passes) * per_pass, passes[0], max(passes) * per_pass, passes[0])
+    pairs = sum((p * per_pass) ** 2 for p in passes)
+    return Cost(1, sum(passes) * per_pass, passes[0], max(passes) * per_pass, passes[0], node_pairs=pairs)
 
 
 def explain_cost(plan: Plan) -> Cost:
     """Taking ``plan`` apart (gnn.explain) after predicting it: its graphs simulated again, a sampled plan's short
     graph once more, and the first DRAWN_RANKS pipeline ranks of that graph drawn."""
     passes, per_pass = graph_passes(plan), nodes_per_pass(plan)
-    again = (sum(passes) + (passes[0] if len(passes) > 1 else 0)) * per_pass
+    simulated = [*passes, *passes[:1]] if len(passes) > 1 else passes
+    again = sum(simulated) * per_pass
+    pairs = sum((p * per_pass) ** 2 for p in simulated)
     drawn = passes[0] * per_pass * min(1.0, DRAWN_RANKS / plan.pp)
-    return plan_cost(plan) + Cost(0, again, 0, max(passes) * per_pass, 0, drawn, 1)
+    return plan_cost(plan) + Cost(0, again, 0, max(passes) * per_pass, 0, drawn, 1, pairs)
 
 
 def request_cost(plans) -> Cost:

@@ -4,8 +4,9 @@ A search pays for four things, each priced in the seconds of gnn.inference.cost 
 quiet wall time, not a mean):
 - walking its space: every candidate choice is checked for validity (about 4 us a candidate, more where a
   pipeline shape is new), to count the space and to list it for an exhaustive search;
-- its sampler: TPE reads every finished trial on each ask (17 us per trial seen, so a 5,000-trial search spends
-  ~200 s in the sampler alone), NSGA-II and the exhaustive queue a few ms per trial;
+- its sampler: TPE reads every finished trial on each ask, one Parzen estimator per parameter of the space (2 us
+  per trial seen and parameter here, so a 5,000-trial search of 6 parameters spends ~130 s in TPE alone), NSGA-II
+  and the exhaustive queue a millisecond or two per trial;
 - evaluating its plans, each as POST /predict prices it; a plan evaluated again is answered from the search's
   own cache;
 - re-predicting its top plans for the answer.
@@ -18,8 +19,9 @@ plans so far. While a search runs, a Meter adds up what it has done at the same 
 before a step that would take it past its budget, or once its wall time is twice the budget (a machine much
 busier than the prices allow for).
 
-The constants are this machine's (2 cores), from experiments/bench/search_cost.py: measured / estimated at most
-0.65 on a quiet machine (experiments/results/search_cost.json).
+The constants are this machine's (2 cores), from experiments/bench/search_cost.py (a 5,000-trial TPE search and an
+exhaustive one, run whole: experiments/results/search_cost.json) and experiments/bench/search_budget.py (the
+service's searches at their budgets: search_budget.json), measured / estimated at most about 0.65 quiet.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from dataclasses import dataclass, field
 from gnn.inference.cost import BYTES_FIXED, CHUNK_BYTES, REQUEST_BYTES, REQUEST_SECONDS, SECONDS_FIXED
 
 SECONDS_PER_CANDIDATE = 6e-6  # a candidate choice walked and checked (validity cached per pipeline shape)
-SECONDS_PER_TRIAL = 3e-3  # ask, suggest, tell in an in-memory study (NSGA-II's own work, the exhaustive queue)
-SECONDS_PER_TPE_TRIAL_SEEN = 3e-5  # TPE's ask: its Parzen estimators read every finished trial
+SECONDS_PER_TRIAL = 2e-3  # ask, suggest, tell in an in-memory study (NSGA-II's own work, the exhaustive queue)
+SECONDS_PER_TPE_SEEN = 3e-6  # TPE's ask, per finished trial and parameter of the space: it reads all of them
 BYTES_PER_TRIAL = 24 * 2**10  # a trial kept in an in-memory study (params, attrs, constraints, distributions)
 WALL_FACTOR = 2.0  # a search still running at this multiple of its budget in wall time stops, whatever it has spent
 # a search predicts chunk after chunk, and the allocator keeps what one freed, fragmented, beside the next: the
@@ -62,11 +64,12 @@ SEARCH = Budget(REQUEST_SECONDS, REQUEST_BYTES, "a synchronous search (POST /sea
 JOB = Budget(300.0, REQUEST_BYTES, "a background search (POST /searches)")
 
 
-def sampler_seconds(sampler: str, done: int, n: int) -> float:
-    """The sampler's own work to ask and tell trials done+1 .. done+n. ``sampler``: tpe, nsga2 or exhaustive."""
+def sampler_seconds(sampler: str, done: int, n: int, parameters: int) -> float:
+    """The sampler's own work to ask and tell trials done+1 .. done+n of a space of ``parameters`` (Space.parameters).
+    ``sampler``: tpe, nsga2 or exhaustive."""
     seconds = SECONDS_PER_TRIAL * n
     if sampler == "tpe":  # the i-th ask reads i finished trials: sum over i of done .. done + n - 1
-        seconds += SECONDS_PER_TPE_TRIAL_SEEN * (n * done + n * (n - 1) / 2)
+        seconds += SECONDS_PER_TPE_SEEN * parameters * (n * done + n * (n - 1) / 2)
     return seconds
 
 
@@ -117,11 +120,12 @@ def estimate_of(
     trials: int,
     space_plans: int,
     over_budget_plans: int,
+    parameters: int,
 ) -> Estimate:
     """An Estimate from the figures the space gives (serve.search.space.Space.price)."""
     parts = {
         "walk": SECONDS_PER_CANDIDATE * walked,
-        "sampler": sampler_seconds(sampler, 0, trials if sampler != "exhaustive" else plans),
+        "sampler": sampler_seconds(sampler, 0, trials if sampler != "exhaustive" else plans, parameters),
         "plans": SECONDS_FIXED + mean_plan_seconds * plans,
         "answer": SECONDS_FIXED + mean_plan_seconds * answered,
     }

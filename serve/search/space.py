@@ -287,6 +287,22 @@ class Space:
         sizes = (math.prod(map(len, self._inner(layout, sharding))) for layout, _, sharding, _ in self._groups())
         return list(itertools.accumulate(sizes))
 
+    @cached_property
+    def parameters(self) -> int:
+        """How many parameters a sampler draws a plan of this space by (serve.search.trials.suggest): layout,
+        micro-batch size, sharding and recompute, and each of schedule, sequence parallel, ep, etp and precision that
+        some layout offers."""
+        layouts = self.layouts()
+        optional = (
+            any(pp > 1 for pp, _, _, _ in layouts),
+            any(tp > 1 for _, _, _, tp in layouts),
+            len(self.expert_degrees) > 1,
+            any(len(self.expert_tps(tp)) > 1 for _, _, _, tp in layouts),
+            bool(self.precisions),
+            "tensorwise" in self.precisions,  # its FP8 all-gather, under FSDP
+        )
+        return 4 + sum(optional)
+
     def candidates(self) -> int:
         """How many candidate choices the space walks (valid or not)."""
         return self._sizes[-1] if self._sizes else 0
@@ -348,7 +364,8 @@ class Space:
         else:
             walked = min(candidates, (trials + 1) * sampled / max(len(specs), 1))
         kind = "exhaustive" if exhaustive else ("tpe" if objective == "time" else "nsga2")
-        return estimate_of(kind, plans, mean, largest, int(walked), answered, trials, space_plans, over)
+        figures = (mean, largest, int(walked), answered, trials, space_plans, over, self.parameters)
+        return estimate_of(kind, plans, *figures)
 
     def expert_tps(self, tp: int) -> tuple[int | None, ...]:
         """etp choices: the experts split as the MLP (None: etp = tp), or, with tp > 1 on a moe model, whole (1)."""

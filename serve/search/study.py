@@ -242,7 +242,7 @@ def run_search(
                     if not joined:  # what the study holds when this search first asks: the count under the lock
                         _draw_apart(request, study)
                         joined = True
-                    batch = _take(request, study, plans is not None, opened is not None, meter, sampler)
+                    batch = _take(request, study, space, plans is not None, opened is not None, meter, sampler)
                 if batch:
                     _evaluate(predictor, request, study, space, batch, meter, evaluated)
             except BudgetSpent as e:
@@ -265,7 +265,13 @@ def run_search(
 
 
 def _take(
-    request: SearchRequest, study: optuna.Study, queued_only: bool, shared: bool, meter: Meter, sampler: str
+    request: SearchRequest,
+    study: optuna.Study,
+    space: Space,
+    queued_only: bool,
+    shared: bool,
+    meter: Meter,
+    sampler: str,
 ) -> list[optuna.Trial]:
     """This round's trials: queued plans, or (sampled) as many as the study still lacks, counting those running;
     the sampler's work for them paid on ``meter`` first."""
@@ -275,7 +281,8 @@ def _take(
         n = min(BATCH, request.trials - stored.count(study, *stored.FINISHED, stored.RUNNING))
     if n <= 0:
         return []
-    meter.pay(sampler_seconds(sampler, stored.finished(study), n), f"asking the sampler for {n} more plans")
+    seconds = sampler_seconds(sampler, stored.finished(study), n, space.parameters)
+    meter.pay(seconds, f"asking the sampler for {n} more plans")
     if queued_only:
         return stored.claim_queued(study, n)
     trials = []
