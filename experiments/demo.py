@@ -32,7 +32,7 @@ from gnn.tracking.runs import log_surrogate, setup
 from gnn.tracking.scoring import ensemble_records
 from serve.api import load_predictor
 from serve.schemas import SearchRequest
-from serve.search.report import print_table
+from serve.search.cli import print_table
 from serve.search.study import search
 
 SEARCH_WORKLOAD = REPO / "experiments" / "requests" / "gpt-20l-1536.json"

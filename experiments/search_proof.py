@@ -41,7 +41,7 @@ from gnn.inference.predictor import BatchPredictor
 from gnn.predictors.metrics import ranking_stats
 from gnn.predictors.surrogate import TrainConfig
 from serve.schemas import SearchRequest
-from serve.search.report import plan_label
+from serve.search.cli import plan_label
 from serve.search.space import Space
 from serve.search.study import search
 

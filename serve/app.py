@@ -49,8 +49,8 @@ from serve.inflight import (
 )
 from serve.page import install_page, warm_up_explain
 from serve.schemas import ExplainRequest, PredictRequest, PredictResponse, SearchRequest, SearchResponse
-from serve.search.budget import JOB, SEARCH, Budget, Meter
-from serve.search.study import SearchRefused, checked, search
+from serve.search.budget import JOB, SEARCH, Budget, Meter, SearchRefused, checked
+from serve.search.study import search
 
 MAX_ERRORS_SHOWN = 50
 SWITCH_INTERVAL_S = 0.001

@@ -31,9 +31,8 @@ from gnn.inference.workers import WARM_UP_HARDWARE, warm_up_spec
 from serve.api import predict
 from serve.inflight import Inflight, parse_body, request_body
 from serve.schemas import MAX_SEARCH_TRIALS, ExplainRequest, SearchRequest
-from serve.search.budget import JOB, SEARCH, Budget
+from serve.search.budget import JOB, SEARCH, Budget, checked
 from serve.search.jobs import Jobs
-from serve.search.study import checked
 
 WEB = Path(__file__).with_name("web")
 REQUESTS = REPO / "experiments" / "requests"  # the bundled example workloads (data, not code: nothing is imported)

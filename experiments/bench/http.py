@@ -1,4 +1,5 @@
-"""Latency and throughput of the HTTP service, measured with a real load generator on loopback.
+"""Latency and throughput of the HTTP service, measured with a real load generator on loopback; and the helpers the
+service's other benchmarks drive it with (experiments.bench.search_budget): a started server, a call, its memory.
 
     python -m experiments.bench.http [--requests 300] [--seconds 60] [--batch 2000]
 
@@ -18,13 +19,17 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from collect import REPO
+from experiments.bench.request_cost import tree_rss
 from serve.client import Client
 from serve.schemas import SearchRequest
 from serve.search.space import Space
@@ -54,6 +59,70 @@ def start_server(model: str) -> tuple[subprocess.Popen, Client]:
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError("server did not start (or its featurisation workers did not)")
+
+
+class Watch:
+    """The server tree's peak RSS above ``idle`` while a drill runs, sampled every 20 ms."""
+
+    def __init__(self, pid: int, idle: int):
+        self.pid, self.idle, self.peak, self._stop = pid, idle, idle, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, tree_rss(self.pid))
+
+    def __enter__(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mib(self) -> float:
+        return round((self.peak - self.idle) / 2**20, 1)
+
+
+def call(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict, float]:
+    """One request: (status, the JSON answered, seconds), errors included."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data, {"Content-Type": "application/json"}, method=method)
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=900) as r:
+            return r.status, json.loads(r.read()), time.perf_counter() - t0
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), time.perf_counter() - t0
+
+
+def finished(base: str, job_id: str) -> dict:
+    while (job := call(base, "GET", f"/searches/{job_id}")[1])["state"] in ("queued", "running"):
+        time.sleep(0.2)
+    return job
+
+
+def idle_after(base: str, since: float) -> float:
+    """Seconds from ``since`` until nothing runs or waits."""
+    while True:
+        health = call(base, "GET", "/health")[1]
+        slots = health["slots"]
+        if health["requests_in_flight"] + sum(s["running"] + s["waiting"] for s in slots.values()) == 0:
+            return round(time.perf_counter() - since, 2)
+        time.sleep(0.02)
+
+
+def hang_up(base: str, path: str, body: dict, after_s: float) -> float:
+    """Send, hang up after ``after_s``, and the seconds until the server is idle again."""
+    host, port = base.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)))
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    sock.sendall(head.encode() + data)
+    time.sleep(after_s)
+    sock.close()
+    return idle_after(base, time.perf_counter())
 
 
 def plans(n: int) -> list[dict]:

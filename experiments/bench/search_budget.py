@@ -14,6 +14,9 @@ each drill in turn on the idle server, sampling the tree's RSS every 20 ms (expe
 - hang-ups: a /explain and a search whose clients hang up, and a DELETE of a running search: seconds to idle;
 - explain-edges: /explain of the largest dense and mixture-of-experts plans the budget admits, and smaller ones,
   measured / estimated (gnn.inference.cost.explain_cost);
+- in-memory: without the server, a 5,000-trial TPE search and an exhaustive one, run whole in a fresh process each
+  (as the service runs them, a study in memory): wall time and resident high-water growth beside what
+  serve.search.budget estimated and metered (the sampler's prices come from these).
 Writes experiments/results/search_budget.json.
 """
 
@@ -21,20 +24,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
+import resource
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from collect import REPO
 from collect.schema import Plan
-from experiments.bench.http import start_server
+from experiments.bench.http import Watch, call, finished, hang_up, idle_after, start_server
 from experiments.bench.request_cost import tree_rss
 from gnn.inference.cost import explain_cost
-from serve.schemas import SearchRequest
-from serve.search.budget import JOB, SEARCH
-from serve.search.study import checked
+from serve.api import load_predictor
+from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest
+from serve.search.budget import JOB, SEARCH, Meter, checked, estimate
+from serve.search.space import space_of
+from serve.search.study import search
 
 LLAMA_70B = json.loads((REPO / "experiments" / "requests" / "llama-3.1-70b.json").read_text())
 ISSUE_SEARCH = {
@@ -56,73 +63,7 @@ DENSE = {"family": "llama", "layers": 256, "hidden": 4096, "heads": 32, "kv_head
          "dtype": "bfloat16"}  # fmt: skip
 
 
-class Watch:
-    """The server tree's peak RSS above ``idle`` while a drill runs, sampled every 20 ms."""
-
-    def __init__(self, pid: int, idle: int):
-        self.pid, self.idle, self.peak, self._stop = pid, idle, idle, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, tree_rss(self.pid))
-
-    def __enter__(self) -> "Watch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def mib(self) -> float:
-        return round((self.peak - self.idle) / 2**20, 1)
-
-
-def call(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict, float]:
-    import urllib.error
-    import urllib.request
-
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data, {"Content-Type": "application/json"}, method=method)
-    t0 = time.perf_counter()
-    try:
-        with urllib.request.urlopen(request, timeout=900) as r:
-            return r.status, json.loads(r.read()), time.perf_counter() - t0
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read()), time.perf_counter() - t0
-
-
-def finished(base: str, job_id: str) -> dict:
-    while (job := call(base, "GET", f"/searches/{job_id}")[1])["state"] in ("queued", "running"):
-        time.sleep(0.2)
-    return job
-
-
-def idle_after(base: str, since: float) -> float:
-    """Seconds from ``since`` until nothing runs or waits."""
-    while True:
-        health = call(base, "GET", "/health")[1]
-        slots = health["slots"]
-        if health["requests_in_flight"] + sum(s["running"] + s["waiting"] for s in slots.values()) == 0:
-            return round(time.perf_counter() - since, 2)
-        time.sleep(0.02)
-
-
-def hang_up(base: str, path: str, body: dict, after_s: float) -> float:
-    """Send, hang up after ``after_s``, and the seconds until the server is idle again."""
-    host, port = base.removeprefix("http://").split(":")
-    data = json.dumps(body).encode()
-    sock = socket.create_connection((host, int(port)))
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
-    sock.sendall(head.encode() + data)
-    time.sleep(after_s)
-    sock.close()
-    return idle_after(base, time.perf_counter())
-
-
-def estimate(body: dict, budget) -> dict:
+def estimated(body: dict, budget) -> dict:
     request = SearchRequest.model_validate(body)
     return checked(request, budget, refuse_over_time=False)[1].summary()
 
@@ -132,7 +73,7 @@ def largest_sync_search() -> dict:
     body = {"workload": LLAMA_70B, "cluster": {"preset": "h100-80gb", "nodes": 4}}
     best = None
     for trials in range(100, 1001, 25):
-        if estimate({**body, "trials": trials}, SEARCH)["seconds"] <= SEARCH.seconds:
+        if estimated({**body, "trials": trials}, SEARCH)["seconds"] <= SEARCH.seconds:
             best = trials
     return {**body, "trials": best}
 
@@ -157,7 +98,7 @@ def drill_sync_max(base: str, pid: int) -> dict:
     body = largest_sync_search()
     with Watch(pid, tree_rss(pid)) as w:
         status, answer, seconds = call(base, "POST", "/search", body)
-    est = estimate(body, SEARCH)
+    est = estimated(body, SEARCH)
     return {"trials": body["trials"], "status": status, "seconds": round(seconds, 2), "mib_over_idle": w.mib,
             "estimate": est, "measured_over_estimated": round(seconds / est["seconds"], 2),
             "stopped_by": answer.get("stopped_by")}  # fmt: skip
@@ -279,6 +220,40 @@ def drill_explain_edges(base: str, pid: int) -> dict:
     return {"cases": rows, "worst_time_ratio": max(r["measured_over_estimated"] for r in rows)}
 
 
+GPT_20L = json.loads((REPO / "experiments" / "requests" / "gpt-20l-1536.json").read_text())
+IN_MEMORY = {
+    f"optuna, {MAX_SEARCH_TRIALS:,} trials (the limit), 4 x 8 A100s": {"sampler": "optuna", "trials": MAX_SEARCH_TRIALS,
+                                                                       "cluster": {"preset": "a100-80gb", "nodes": 4}},
+    "exhaustive, the demo's space on 8 A100s": {"sampler": "exhaustive", "trials": MAX_SEARCH_TRIALS,
+                                                "cluster": {"preset": "a100-80gb"}},
+}  # fmt: skip
+
+
+def in_memory_case(model: str, label: str) -> dict:
+    """In this (fresh) process: one search of IN_MEMORY, after a warm-up one, run whole."""
+    predictor = load_predictor(model)
+    request = SearchRequest.model_validate({"workload": GPT_20L, **IN_MEMORY[label]})
+    search(predictor, request.model_copy(update={"trials": 32, "sampler": "optuna"}))  # warm: graphs, numba
+    space = space_of(request)
+    priced, meter = estimate(request, space), Meter(None)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    response = search(predictor, request, space=space, meter=meter)
+    wall = time.perf_counter() - start
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    return {"case": label, "wall_s": round(wall, 1), "mib_grown": round(grown / 2**20), "trials": response.trials,
+            "distinct_plans": response.distinct_plans, "estimated_s": round(priced.seconds, 1),
+            "estimated_parts_s": {k: round(v, 2) for k, v in priced.parts.items()},
+            "metered_s": round(meter.spent, 1), "measured_over_estimated": round(wall / priced.seconds, 2),
+            "estimated_mib": round(priced.bytes / 2**20)}  # fmt: skip
+
+
+def in_memory(model: str) -> list[dict]:
+    command = [sys.executable, "-m", "experiments.bench.search_budget", "--model", model, "--case"]
+    run = [subprocess.run([*command, label], check=True, capture_output=True, text=True) for label in IN_MEMORY]
+    return [json.loads(done.stdout) for done in run]
+
+
 DRILLS = {
     "issue-52": drill_issue_52,
     "sync-max": drill_sync_max,
@@ -293,14 +268,22 @@ DRILLS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models:/plansight@champion")
-    parser.add_argument("--only", nargs="*", choices=list(DRILLS), help="run these drills only")
+    parser.add_argument("--only", nargs="*", choices=[*DRILLS, "in-memory"], help="run these drills only")
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "search_budget.json"))
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # a child process runs one in-memory search
     args = parser.parse_args()
-    proc, client = start_server(args.model)
+    if args.case:
+        print(json.dumps(in_memory_case(args.model, args.case)))
+        return
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() and args.only else {}
+    if "in-memory" in (args.only or ["in-memory"]):
+        report["in-memory"] = in_memory(args.model)
+        print(f"in-memory: {json.dumps(report['in-memory'])}", flush=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+    proc, client = start_server(args.model)
     try:
-        for name in args.only or list(DRILLS):
+        for name in [d for d in args.only or list(DRILLS) if d in DRILLS]:
             t0 = time.perf_counter()
             report[name] = DRILLS[name](client.base_url, proc.pid)
             print(f"{name} ({time.perf_counter() - t0:.0f} s): {json.dumps(report[name])}", flush=True)

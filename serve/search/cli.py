@@ -1,4 +1,5 @@
-"""The plan search from the shell: a SearchRequest file, or a workload and a cluster, to the table of the best plans.
+"""The plan search from the shell: a SearchRequest file, or a workload and a cluster, to the table of the best plans
+(one line per plan) and, with --plot, their Pareto front (time vs peak memory) or the top plans as a PNG.
 
 python -m serve search SEARCH.json [--plot out.png]
 python -m serve search --workload W.json --cluster a100-80gb [--nodes 2] [--objective pareto] [--trials 200]
@@ -12,15 +13,21 @@ import os
 import sys
 from pathlib import Path
 
-from collect.inputs import InputError, read_json
-from collect.schema import FRAMEWORKS
-from serve.api import load_predictor
-from serve.cli import RequestError, load_request
-from serve.schemas import SearchRequest
-from serve.search.plots import plot_search
-from serve.search.report import print_table
-from serve.search.storage import StorageUnavailable
-from serve.search.study import DEFAULT_STORAGE, SearchRefused, estimate, search, space_of
+import matplotlib
+from tabulate import tabulate
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from collect.inputs import InputError, read_json  # noqa: E402
+from collect.schema import FRAMEWORKS  # noqa: E402
+from serve.api import load_predictor  # noqa: E402
+from serve.cli import RequestError, load_request  # noqa: E402
+from serve.schemas import SearchRequest, SearchResponse  # noqa: E402
+from serve.search.budget import SearchRefused, estimate  # noqa: E402
+from serve.search.space import space_of  # noqa: E402
+from serve.search.storage import StorageUnavailable  # noqa: E402
+from serve.search.study import DEFAULT_STORAGE, search  # noqa: E402
 
 
 def build_request(args) -> SearchRequest:
@@ -93,3 +100,89 @@ def main(argv: list[str] | None = None) -> None:
     print_table(response)
     if args.plot:
         print(f"plot: {plot_search(response, args.plot)}")
+
+
+def plan_label(plan, micro_batch_size: int, float8: str = "none", moe: bool = False, searched: bool = False) -> str:
+    """One line per plan: a moe model's names its ep and etp; a precision other than the dtype, and every
+    precision where precisions were ``searched`` (they are on bfloat16 workloads: 'none' is bf16), is named."""
+    parts = [
+        f"dp{plan.dp} tp{plan.tp} pp{plan.pp}"
+        + (f" cp{plan.cp}" if plan.cp > 1 else "")
+        + (f" ep{plan.ep}" if plan.ep > 1 or moe else "")
+        + (f" etp{plan.expert_tp}" if moe else ""),
+        plan.sharding,
+        f"recompute={plan.recompute}",
+        f"mbs={micro_batch_size} x{plan.num_microbatches}",
+    ]
+    if plan.pp > 1:
+        parts.append(plan.pp_schedule + (f"/v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
+    if plan.sequence_parallel:
+        parts.append("sp")
+    if float8 in ("mxfp8", "nvfp4"):
+        parts.append(float8)
+    elif float8 != "none":
+        parts.append(f"fp8={float8}" + ("+ag" if plan.float8_all_gather else ""))
+    elif searched:
+        parts.append("bf16")
+    return " ".join(parts)
+
+
+def print_table(response: SearchResponse) -> None:
+    rows = []
+    for i, r in enumerate(response.best, 1):
+        p = r.prediction
+        lo, hi = p.iter_time_interval_s
+        rows.append(
+            [
+                i,
+                plan_label(r.plan, r.micro_batch_size, r.float8, response.moe, bool(response.precisions)),
+                f"{p.iter_time_s * 1e3:.1f}",
+                f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
+                f"{p.peak_mem_bytes / 2**30:.2f}",
+                "yes" if p.fits else "no",
+                f"{p.oom_risk:.0%}",
+                f"{p.breakdown['compute']:.0%}/{p.breakdown['communication_exposed']:.0%}/{p.breakdown['bubble']:.0%}",
+            ]
+        )
+    print(
+        f"{response.objective} search ({response.sampler}): {response.trials} trials "
+        f"({response.feasible_trials} feasible) "
+        f"over a space of {response.space_size} plans; model {response.model.get('uri', response.model.get('run_id'))}"
+    )
+    print(
+        tabulate(
+            rows,
+            headers=["#", "plan", "time ms", "80% interval", "peak GiB", "fits", "oom risk", "compute/comm/bubble"],
+        )
+    )
+    if response.pareto:
+        print(f"Pareto front (time vs memory): {len(response.pareto)} plans")
+
+
+def plot_search(response, path: str | Path) -> Path:
+    points = response.pareto or response.best
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    t = [r.prediction.iter_time_s * 1e3 for r in points]
+    m = [r.prediction.peak_mem_bytes / 2**30 for r in points]
+    lo = [r.prediction.iter_time_s * 1e3 - r.prediction.iter_time_interval_s[0] * 1e3 for r in points]
+    hi = [r.prediction.iter_time_interval_s[1] * 1e3 - r.prediction.iter_time_s * 1e3 for r in points]
+    ax.errorbar(t, m, xerr=[lo, hi], fmt="o-" if response.pareto else "o", capsize=3)
+    for r, x, y in zip(points[:8], t, m):
+        ax.annotate(
+            plan_label(r.plan, r.micro_batch_size, r.float8),
+            (x, y),
+            fontsize=6,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.set(
+        xlabel="predicted iteration time (ms), 80% interval",
+        ylabel="predicted peak memory per device (GiB)",
+        title=("Pareto front" if response.pareto else "top plans") + f", {response.trials} trials",
+    )
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

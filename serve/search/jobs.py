@@ -22,10 +22,11 @@ from gnn import cancel
 from gnn.inference.predictor import BatchPredictor
 from serve.inflight import Inflight, Unavailable
 from serve.schemas import SearchRequest
-from serve.search.budget import JOB, Budget, Estimate, Meter
+from serve.search.budget import JOB, Budget, Estimate, Meter, SearchRefused
+from serve.search.evaluate import Evaluated, answer
 from serve.search.space import Space
 from serve.search.storage import finished_trials
-from serve.search.study import Evaluated, SearchRefused, answer, run_search
+from serve.search.study import run_search
 
 MAX_KEPT = 32  # jobs remembered, finished or not; as many unfinished ones are the most that may wait
 log = logging.getLogger("plansight.serve")

@@ -8,23 +8,17 @@ from tp where the experts stay whole: etp 1 beside the experts split as the MLP,
 etp = tp) and, on GPUs with FP8 matmuls, the precision (bfloat16, or FP8 with
 tensorwise or rowwise scaling, tensorwise under FSDP perhaps all-gathering in FP8;
 Blackwell's MXFP8 and NVFP4 too), and the conventions of the framework named
-(loss sharded over tp, what the pipeline keeps). Only combinations
-the schema accepts (plan_problems) exist, only those a prediction request would take alone (its estimated work within
-the service's per-request budget, gnn.inference.cost: a pp 256 x 512 pipeline is priced at 8 s and 1.6 GB, and left
-out, counted), and, for a space whose plans are to be measured here, only those the collector runs
-(collect_problems).
-
-The space is walked candidate by candidate (every combination of the choices above; a candidate is about
-microseconds to check), but what a search will cost is told without walking it (``price``): the candidates are
-counted by arithmetic and a seeded sample of them is checked and priced.
+(loss sharded over tp, what the pipeline keeps). Only combinations the schema accepts (plan_problems) exist, only
+those a prediction request would take alone (gnn.inference.cost: a pp 256 x 512 pipeline is left out, and counted),
+and, for a space whose plans are to be measured here, only those the collector runs (collect_problems). The
+candidates (every combination of the choices above) are walked one by one, counted by arithmetic, or drawn at
+random (serve.search.budget prices a search from such a sample).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,9 +37,8 @@ from collect.schema import (
 )
 from collect.sweep import divisors, layouts
 from gnn import cancel
-from gnn.inference.cost import REQUEST_BYTES, REQUEST_SECONDS, SECONDS_FIXED, over_budget, plan_cost
-from serve.schemas import limit_problems
-from serve.search.budget import SECONDS_PER_CANDIDATE, Estimate, estimate_of
+from gnn.inference.cost import REQUEST_BYTES, REQUEST_SECONDS, over_budget, plan_cost
+from serve.schemas import SearchRequest, limit_problems
 
 Layout = tuple[int, int, int, int]  # (pp, dp, cp, tp)
 
@@ -78,6 +71,7 @@ class Space:
     _valid: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _workloads: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _census: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)  # plans, over budget
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # serve.search.budget's findings
 
     def shardings_for(self, dp: int, tp: int) -> list[str]:
         """The shardings of a layout: all of them, or, collectable only, those torch composes with tp."""
@@ -120,19 +114,9 @@ class Space:
         return [(f8, g) for f8 in choices for g in ((False, True) if f8 == "tensorwise" and fsdp else (False,))]
 
     def spec(
-        self,
-        layout: Layout,
-        mbs: int,
-        sharding: str,
-        recompute: str,
-        schedule: str | None,
-        virtual: int,
-        sp: bool,
-        ep: int = 1,
-        float8: str | None = None,
-        float8_all_gather: bool = False,
-        etp: int | None = None,
-    ) -> RunSpec | None:
+        self, layout: Layout, mbs: int, sharding: str, recompute: str, schedule: str | None, virtual: int, sp: bool,
+        ep: int = 1, float8: str | None = None, float8_all_gather: bool = False, etp: int | None = None,
+    ) -> RunSpec | None:  # fmt: skip
         """The RunSpec of one choice, or None if the choice is not a valid plan."""
         pp, dp, cp, tp = layout
         samples = dp * mbs
@@ -145,21 +129,11 @@ class Space:
             return None
         w = self._workload(mbs, float8)
         p = Plan.model_construct(
-            dp=dp,
-            cp=cp,
-            tp=tp,
-            pp=pp,
-            ep=ep,
-            etp=etp,
-            sharding=sharding,
-            recompute=recompute,
-            pp_schedule=schedule if pp > 1 else None,
-            virtual_stages=virtual if pp > 1 else 1,
-            num_microbatches=self.global_batch_size // samples,
-            sequence_parallel=sp,
-            float8_all_gather=float8_all_gather,
-            **framework_conventions(self.framework, tp, sp, w.dtype),
-        )
+            dp=dp, cp=cp, tp=tp, pp=pp, ep=ep, etp=etp, sharding=sharding, recompute=recompute,
+            pp_schedule=schedule if pp > 1 else None, virtual_stages=virtual if pp > 1 else 1,
+            num_microbatches=self.global_batch_size // samples, sequence_parallel=sp,
+            float8_all_gather=float8_all_gather, **framework_conventions(self.framework, tp, sp, w.dtype),
+        )  # fmt: skip
         valid = self._valid.get(key)
         if valid is None:
             valid = self._valid[key] = self._admit(w, p)
@@ -168,14 +142,6 @@ class Space:
         if self.collectable_only and collect_problems(w, p, self.cluster):
             return None
         return RunSpec.model_construct(workload=w, plan=p, cluster=self.cluster)
-
-    def why_not(
-        self, layout, mbs, sharding, recompute, schedule, virtual, sp, ep=1, float8=None, gather=False, etp=None
-    ):
-        """Why a choice that spec() turned down is not a plan of the space, in a few words."""
-        if self._valid.get((layout, mbs, schedule, virtual, sp, ep, float8, gather, etp)) == OVER_BUDGET:
-            return "over the prediction budget (gnn.inference.cost): the service would refuse it alone"
-        return "rejected by collect.schema.plan_problems"
 
     def _admit(self, w: Workload, p: Plan) -> bool | str:
         """True for a plan of the space, False for an invalid one, OVER_BUDGET for one too costly to predict."""
@@ -203,11 +169,8 @@ class Space:
         return list(self.iter_plans())
 
     def iter_plans(self, meter=None) -> Iterator[RunSpec]:
-        """The valid plans of the space, in enumerate()'s order, one at a time. Every STOP_CHECK_EVERY candidates
-        a stop is looked for (gnn.cancel) and the walk is paid for on ``meter`` (serve.search.budget.Meter)."""
-        for n, choice in enumerate(self._choices()):
-            if n % STOP_CHECK_EVERY == 0:
-                self._walked(meter)
+        """The valid plans of the space, in enumerate()'s order, one at a time (``meter``: as _walk's)."""
+        for choice in self._walk(meter):
             spec = self.spec(*choice)
             if spec is not None:
                 yield spec
@@ -219,10 +182,8 @@ class Space:
         if self._census is not None:
             return self._census[0] if limit is None else min(self._census[0], limit + 1)
         n = over = 0
-        for i, choice in enumerate(self._choices()):
-            if i % STOP_CHECK_EVERY == 0:
-                self._walked(meter)
-            state = self._state(choice)
+        for choice in self._walk(meter):
+            state = self.state(choice)
             n += state is True
             over += state == OVER_BUDGET
             if limit is not None and n > limit:
@@ -235,12 +196,18 @@ class Space:
         """Plans left out for their cost, once the space has been counted whole (None before)."""
         return None if self._census is None else self._census[1]
 
-    def _walked(self, meter) -> None:
-        cancel.check("walking the plan space")
-        if meter is not None:
-            meter.pay(SECONDS_PER_CANDIDATE * STOP_CHECK_EVERY, "walking the rest of the plan space")
+    def _walk(self, meter) -> Iterator[tuple]:
+        """The candidates in order; every STOP_CHECK_EVERY of them a stop is looked for (gnn.cancel) and the walk
+        is paid for on ``meter`` (serve.search.budget.Meter)."""
+        for n, choice in enumerate(self._choices()):
+            if n % STOP_CHECK_EVERY == 0:
+                cancel.check("walking the plan space")
+                if meter is not None:
+                    meter.walk(STOP_CHECK_EVERY)
+            yield choice
 
-    def _state(self, choice: tuple) -> bool | str:
+    def state(self, choice: tuple) -> bool | str:
+        """A candidate's standing: True (a plan of the space), False (not a valid plan) or OVER_BUDGET."""
         layout, mbs, _, _, schedule, virtual, sp, ep, f8, gather, etp = choice
         key = (layout, mbs, schedule, virtual, sp, ep, f8, gather, etp)
         known = self._valid.get(key)
@@ -251,12 +218,9 @@ class Space:
         known = self._valid.get(key, False)
         return False if known is True else known  # True: a valid plan the collector cannot run
 
-    def _groups(self) -> list[tuple[Layout, int, str, str]]:
-        """(layout, micro-batch size, sharding, recompute) with a plan that fills the batch, in walking order."""
-        return self._outer
-
     @cached_property
-    def _outer(self) -> list[tuple[Layout, int, str, str]]:
+    def groups(self) -> list[tuple[Layout, int, str, str]]:
+        """(layout, micro-batch size, sharding, recompute) with a plan that fills the batch, in walking order."""
         return [
             (layout, mbs, sharding, recompute)
             for layout, mbs, sharding, recompute in itertools.product(
@@ -265,7 +229,7 @@ class Space:
             if self.global_batch_size % (layout[1] * mbs) == 0  # else no plan of it fills the batch
         ]
 
-    def _inner(self, layout: Layout, sharding: str) -> tuple[list, ...]:
+    def inner(self, layout: Layout, sharding: str) -> tuple[list, ...]:
         """The choices within a group: (schedule, virtual), sequence parallel, (etp, ep), (float8, all-gather)."""
         pp, dp, cp, tp = layout
         schedules = (
@@ -277,95 +241,19 @@ class Space:
         return schedules, sp, self.expert_layouts(layout), self.precision_choices(sharding)
 
     def _choices(self) -> Iterator[tuple]:
-        for layout, mbs, sharding, recompute in self._groups():
-            for (schedule, virtual), sp, (etp, ep), (f8, gather) in itertools.product(*self._inner(layout, sharding)):
+        for layout, mbs, sharding, recompute in self.groups:
+            for (schedule, virtual), sp, (etp, ep), (f8, gather) in itertools.product(*self.inner(layout, sharding)):
                 yield layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather, etp
 
     @cached_property
-    def _sizes(self) -> list[int]:
+    def sizes(self) -> list[int]:
         """Candidates per group, cumulative: by arithmetic, without walking them."""
-        sizes = (math.prod(map(len, self._inner(layout, sharding))) for layout, _, sharding, _ in self._groups())
+        sizes = (math.prod(map(len, self.inner(layout, sharding))) for layout, _, sharding, _ in self.groups)
         return list(itertools.accumulate(sizes))
-
-    @cached_property
-    def parameters(self) -> int:
-        """How many parameters a sampler draws a plan of this space by (serve.search.trials.suggest): layout,
-        micro-batch size, sharding and recompute, and each of schedule, sequence parallel, ep, etp and precision that
-        some layout offers."""
-        layouts = self.layouts()
-        optional = (
-            any(pp > 1 for pp, _, _, _ in layouts),
-            any(tp > 1 for _, _, _, tp in layouts),
-            len(self.expert_degrees) > 1,
-            any(len(self.expert_tps(tp)) > 1 for _, _, _, tp in layouts),
-            bool(self.precisions),
-            "tensorwise" in self.precisions,  # its FP8 all-gather, under FSDP
-        )
-        return 4 + sum(optional)
 
     def candidates(self) -> int:
         """How many candidate choices the space walks (valid or not)."""
-        return self._sizes[-1] if self._sizes else 0
-
-    def sample(self, k: int, seed: int = 0) -> list[tuple]:
-        """``k`` candidates drawn uniformly (with replacement), seeded."""
-        total = self.candidates()
-        rng, out = random.Random(seed), []
-        for _ in range(k):
-            i = rng.randrange(total)
-            g = bisect.bisect_right(self._sizes, i)
-            layout, mbs, sharding, recompute = self._groups()[g]
-            inner = self._inner(layout, sharding)
-            i -= self._sizes[g - 1] if g else 0
-            picked = []
-            for options in reversed(inner):  # mixed radix, the last choice varying fastest as in the walk
-                i, j = divmod(i, len(options))
-                picked.append(options[j])
-            (schedule, virtual), sp, (etp, ep), (f8, gather) = reversed(picked)
-            out.append((layout, mbs, sharding, recompute, schedule, virtual, sp, ep, f8, gather, etp))
-        return out
-
-    @cached_property
-    def _priced(self) -> tuple[list[RunSpec], int, int]:
-        """The sample's plans, how many of its candidates are left out for their cost, and its size: a space of at
-        most PRICE_WHOLE candidates is its own sample, walked whole (and so counted: Space.count keeps it)."""
-        whole = self.candidates() <= PRICE_WHOLE
-        sample = list(self._choices()) if whole else self.sample(PRICE_SAMPLE)
-        states = [self._state(c) for c in sample]
-        specs = [self.spec(*c) for c, state in zip(sample, states) if state is True]
-        over = sum(state == OVER_BUDGET for state in states)
-        if whole:
-            object.__setattr__(self, "_census", (len(specs), over))
-        return specs, over, len(sample)
-
-    def estimated_size(self) -> tuple[int, int]:
-        """(plans, plans left out for their cost) as the sample has them: exact for a space of at most
-        PRICE_WHOLE candidates, else the candidates' count times the sample's shares."""
-        specs, over, sampled = self._priced
-        share = self.candidates() / max(sampled, 1)
-        return round(len(specs) * share), round(over * share)
-
-    def price(self, trials: int, sampler: str, objective: str, answered: int) -> Estimate:
-        """What a search of this space will cost (serve.search.budget), from the candidates' count and a seeded
-        sample of PRICE_SAMPLE of them: the share that are plans, the share left out for their cost, and the mean
-        price of a plan. ``sampler``, ``objective``: as SearchRequest's; ``answered``: plans the answer predicts
-        again."""
-        candidates, (specs, _, sampled) = self.candidates(), self._priced
-        space_plans, over = self.estimated_size()
-        costs = [plan_cost(s.plan) for s in specs]
-        mean = sum(c.seconds - SECONDS_FIXED for c in costs) / len(costs) if costs else 0.0
-        largest = max((c.single_chunk_bytes for c in costs), default=0.0)
-        exhaustive = sampler == "exhaustive" or (sampler == "auto" and space_plans <= trials)
-        plans = space_plans if exhaustive else min(trials, space_plans)
-        # walked: a space of at most EXACT_COUNT_CANDIDATES is counted whole (for the answer), and listed again
-        # when exhaustive; a larger one until trials + 1 plans are seen, to know it is larger than the trials
-        if candidates <= EXACT_COUNT_CANDIDATES or exhaustive:
-            walked = candidates * (2 if exhaustive else 1)
-        else:
-            walked = min(candidates, (trials + 1) * sampled / max(len(specs), 1))
-        kind = "exhaustive" if exhaustive else ("tpe" if objective == "time" else "nsga2")
-        figures = (mean, largest, int(walked), answered, trials, space_plans, over, self.parameters)
-        return estimate_of(kind, plans, *figures)
+        return self.sizes[-1] if self.sizes else 0
 
     def expert_tps(self, tp: int) -> tuple[int | None, ...]:
         """etp choices: the experts split as the MLP (None: etp = tp), or, with tp > 1 on a moe model, whole (1)."""
@@ -384,12 +272,16 @@ class Space:
 
 STOP_CHECK_EVERY = 2048
 OVER_BUDGET = "over budget"  # a candidate that is a valid plan, left out for what predicting it would cost
-# a search's cost is estimated from a space's candidates walked whole up to PRICE_WHOLE of them (~0.2 s), else from
-# PRICE_SAMPLE drawn at random (~0.1 s): checked and priced
-PRICE_WHOLE = 20_000
-PRICE_SAMPLE = 2048
-# a sampled search's answer counts its space exactly up to this many candidates (~1.5 s), else from the sample
-EXACT_COUNT_CANDIDATES = 250_000
+
+
+def space_of(request: SearchRequest, max_plan_bytes: float = REQUEST_BYTES) -> Space:
+    """The request's plan space, of plans whose prediction alone holds at most ``max_plan_bytes``."""
+    w = request.workload
+    # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
+    choices = request.cluster.float8_choices
+    precisions = choices if len(choices) > 1 and w.dtype == "bfloat16" else ()
+    return Space(w, request.cluster.cluster(), request.micro_batch_sizes, precisions=precisions,
+                 framework=request.framework, max_plan_bytes=max_plan_bytes)  # fmt: skip
 
 
 def layout_name(layout: Layout) -> str:

@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
-from dataclasses import dataclass, field
 
 import optuna
 from tqdm import tqdm
@@ -45,15 +43,21 @@ from tqdm import tqdm
 from collect import REPO
 from collect.schema import RunSpec
 from gnn import cancel
-from gnn.inference.cost import SECONDS_FIXED, request_cost
+from gnn.inference.cost import SECONDS_FIXED
 from gnn.inference.predictor import BatchPredictor
-from serve.api import model_summary, predictions
-from serve.schemas import MAX_SEARCH_TRIALS, PlanPrediction, SearchRequest, SearchResponse, SearchResult
+from serve.schemas import MAX_SEARCH_TRIALS, SearchRequest, SearchResponse
 from serve.search import storage as stored
-from serve.search.budget import Budget, BudgetSpent, Estimate, Meter, sampler_seconds
-from serve.search.space import EXACT_COUNT_CANDIDATES, Space
-from serve.search.storage import feasible_trials, finished_trials
-from serve.search.trials import suggest
+from serve.search.budget import (
+    EXACT_COUNT_CANDIDATES,
+    BudgetSpent,
+    Estimate,
+    Meter,
+    SearchRefused,
+    parameters,
+    sampler_seconds,
+)
+from serve.search.evaluate import Evaluated, answer, evaluate
+from serve.search.space import Space, space_of
 
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'optuna.db'}"
 # trials taken per round: the sampler learns from each round's results, and a round's trials are one search's, so
@@ -70,56 +74,6 @@ TPE_OPTIONS: dict = {}
 # (2: DDP and ZeRO-1 with tp joined the space, under one "sharding" parameter; 3: the constraint is the chance of
 # running out of memory, not the predicted peak over capacity)
 SPACE_VERSION = 3
-
-
-# the answer predicts again (from the search's cache, where it has one) its top_k plans and its Pareto front: priced
-# as this many plans beyond top_k
-PARETO_PLANS = 32
-
-
-class SearchRefused(ValueError):
-    """A search request that cannot be run as asked: the message says why and what to change; ``field`` is the
-    request's field it concerns."""
-
-    def __init__(self, message: str, field: str = "sampler"):
-        super().__init__(message)
-        self.field = field
-
-
-def space_of(request: SearchRequest, budget: Budget | None = None) -> Space:
-    """The request's plan space; with a ``budget``, only plans whose prediction fits in what it leaves beside the
-    study (Budget.plan_bytes), else those POST /predict would take alone."""
-    w = request.workload
-    # bfloat16 or FP8 where the GPUs have FP8 matmuls: the precision is part of the plan a user picks
-    choices = request.cluster.float8_choices
-    precisions = choices if len(choices) > 1 and w.dtype == "bfloat16" else ()
-    cluster, mbs = request.cluster.cluster(), request.micro_batch_sizes
-    limits = {"max_plan_bytes": budget.plan_bytes(request.trials)} if budget is not None else {}
-    return Space(w, cluster, micro_batch_sizes=mbs, precisions=precisions, framework=request.framework, **limits)
-
-
-def estimate(request: SearchRequest, space: Space) -> Estimate:
-    """What the search will cost, from its space's count and a priced sample of it (Space.price): no plan is
-    predicted. About 20 ms; at most a second for the largest spaces the limits allow."""
-    answered = request.top_k + (PARETO_PLANS if request.objective == "pareto" else 0)
-    return space.price(request.trials, request.sampler, request.objective, answered)
-
-
-def checked(request: SearchRequest, budget: Budget, refuse_over_time: bool) -> tuple[Space, Estimate]:
-    """The request's space and estimate, or SearchRefused (field trials) when the estimate is over ``budget``'s
-    memory, or over its time when ``refuse_over_time`` (a synchronous search: a background one stops at its budget
-    instead)."""
-    space = space_of(request, budget)
-    priced = estimate(request, space)
-    if priced.bytes > budget.bytes or (refuse_over_time and priced.seconds > budget.seconds):
-        advice = (
-            ": ask for fewer trials, narrow micro_batch_sizes, or search in the background (POST /searches), which "
-            "stops at its own budget with the best plans so far"
-            if refuse_over_time
-            else ""
-        )
-        raise SearchRefused(f"{priced.over(budget)}{advice}", field="trials")
-    return space, priced
 
 
 def exhaustive(request: SearchRequest, space: Space, meter: Meter | None = None) -> list[RunSpec] | None:
@@ -176,14 +130,6 @@ def _draw_apart(request: SearchRequest, study: optuna.Study) -> None:
     n = len(study.get_trials(deepcopy=False))
     if n and request.seed is not None:
         study.sampler = _sampler(request, int(hashlib.sha256(f"{request.seed}:{n}".encode()).hexdigest()[:8], 16))
-
-
-@dataclass
-class Evaluated:
-    """What a search has predicted, by trial parameters (serve.search.storage.key): the plan and its prediction,
-    so a plan sampled again, and the answer's top plans, cost nothing more."""
-
-    plans: dict[str, tuple[RunSpec, PlanPrediction]] = field(default_factory=dict)
 
 
 def run_search(
@@ -244,7 +190,7 @@ def run_search(
                         joined = True
                     batch = _take(request, study, space, plans is not None, opened is not None, meter, sampler)
                 if batch:
-                    _evaluate(predictor, request, study, space, batch, meter, evaluated)
+                    evaluate(predictor, request, study, space, batch, meter, evaluated)
             except BudgetSpent as e:
                 meter.stopped = str(e)
                 for t in batch:  # what was asked and not evaluated is not part of the answer
@@ -281,7 +227,7 @@ def _take(
         n = min(BATCH, request.trials - stored.count(study, *stored.FINISHED, stored.RUNNING))
     if n <= 0:
         return []
-    seconds = sampler_seconds(sampler, stored.finished(study), n, space.parameters)
+    seconds = sampler_seconds(sampler, stored.finished(study), n, parameters(space))
     meter.pay(seconds, f"asking the sampler for {n} more plans")
     if queued_only:
         return stored.claim_queued(study, n)
@@ -296,101 +242,6 @@ def _left(request: SearchRequest, study: optuna.Study, plans) -> int:
     if plans is not None:
         return stored.count(study, stored.WAITING)
     return max(request.trials - stored.finished(study), 0)
-
-
-# a round's new plans are predicted in chunks of about this much estimated work, each paid for before it runs: the
-# search stops at its budget to within a chunk
-CHUNK_SECONDS = 1.0
-
-
-def _evaluate(
-    predictor: BatchPredictor,
-    request: SearchRequest,
-    study: optuna.Study,
-    space: Space,
-    batch,
-    meter: Meter,
-    evaluated: Evaluated,
-) -> None:
-    todo = []
-    for t in batch:
-        spec = suggest(t, space)
-        if spec is None:
-            study.tell(t, state=optuna.trial.TrialState.PRUNED)  # suggest() said why, in the trial's "invalid"
-            continue
-        known = evaluated.plans.get(stored.key(t.params))
-        if known is not None:
-            _tell(study, request, t, known[1])
-        else:
-            todo.append((t, spec))
-    for chunk in _chunks(todo):
-        specs = [s for _, s in chunk]
-        # a request's fixed share (new hardware, new pipeline shapes) is paid once per search, by run_search
-        seconds = request_cost([s.plan for s in specs]).seconds - SECONDS_FIXED
-        meter.pay(seconds, f"predicting {len(todo)} more plans")
-        columns = predictor.predict_columns(specs, request.cluster.hardware_name(), workers=0)
-        for (t, spec), prediction in zip(chunk, predictions(columns)):
-            evaluated.plans[stored.key(t.params)] = (spec, prediction)
-            _tell(study, request, t, prediction)
-
-
-def _chunks(todo: list) -> list[list]:
-    """``todo`` in order, cut where a chunk's estimated work would pass CHUNK_SECONDS (a single plan may)."""
-    chunks, current, seconds = [], [], 0.0
-    for item in todo:
-        step = request_cost([item[1].plan]).seconds
-        if current and seconds + step > CHUNK_SECONDS:
-            chunks.append(current)
-            current, seconds = [], 0.0
-        current.append(item)
-        seconds += step
-    return chunks + ([current] if current else [])
-
-
-def _tell(study: optuna.Study, request: SearchRequest, t, p: PlanPrediction) -> None:
-    capacity = request.cluster.cluster().memory_bytes
-    t.set_user_attr("mem_over_capacity", (p.peak_mem_bytes - capacity) / capacity)
-    # feasible when <= 0, what the samplers read: a plan may run out of memory no more often than asked
-    t.set_constraint("oom_risk_over_max", p.oom_risk - request.max_oom_risk)
-    t.set_user_attr("oom_risk", p.oom_risk)
-    t.set_user_attr("iter_time_s", p.iter_time_s)
-    t.set_user_attr("peak_mem_bytes", p.peak_mem_bytes)
-    values = [math.log(p.iter_time_s)]
-    if request.objective == "pareto":
-        values.append(math.log(p.peak_mem_bytes))
-    study.tell(t, values if len(values) > 1 else values[0])
-
-
-def _results(
-    predictor: BatchPredictor,
-    request: SearchRequest,
-    trials,
-    space: Space,
-    evaluated: Evaluated,
-    limit: int | None = None,
-) -> list[SearchResult]:
-    """The distinct plans of ``trials`` (in order, at most ``limit``), each with its full prediction: the search's
-    own where it made one, else predicted now (trials another search of a shared study evaluated)."""
-    picked, seen = [], set()
-    for t in trials:
-        spec, prediction = evaluated.plans.get(stored.key(t.params)) or (
-            suggest(optuna.trial.FixedTrial(t.params), space),
-            None,
-        )
-        key = spec.plan.model_dump_json() + str(spec.workload.micro_batch_size)
-        if key not in seen:  # samplers revisit good plans: the top k are k different plans
-            seen.add(key)
-            picked.append((spec, prediction))
-            if limit is not None and len(picked) == limit:
-                break
-    missing = [s for s, p in picked if p is None]
-    if missing:
-        predicted = iter(predictions(predictor.predict_columns(missing, request.cluster.hardware_name(), workers=0)))
-        picked = [(s, p if p is not None else next(predicted)) for s, p in picked]
-    return [
-        SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, float8=s.workload.float8, prediction=p)
-        for s, p in picked
-    ]
 
 
 def search(
@@ -408,49 +259,3 @@ def search(
     meter, evaluated = meter or Meter(None), Evaluated()
     study = run_search(predictor, request, storage, progress=progress, space=space, meter=meter, evaluated=evaluated)
     return answer(predictor, request, study, space, meter, evaluated, estimated)
-
-
-def answer(
-    predictor: BatchPredictor,
-    request: SearchRequest,
-    study: optuna.Study,
-    space: Space,
-    meter: Meter | None = None,
-    evaluated: Evaluated | None = None,
-    estimated: Estimate | None = None,
-) -> SearchResponse:
-    """A finished (or stopped) study as the search's response: its top plans and its Pareto front."""
-    evaluated = evaluated if evaluated is not None else Evaluated()
-    feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
-    best = _results(predictor, request, feasible, space, evaluated, limit=request.top_k)
-    pareto = []
-    if request.objective == "pareto":
-        feasible_ids = {t.number for t in feasible}
-        front = [t for t in study.best_trials if t.number in feasible_ids]
-        pareto = sorted(_results(predictor, request, front, space, evaluated), key=lambda r: r.prediction.iter_time_s)
-    finished = finished_trials(study)
-    distinct = len({stored.key(t.params) for t in finished})
-    counted = space.over_budget_plans is not None  # counted whole (Space.count), else estimated from a sample
-    size, over = (space.count(), space.over_budget_plans) if counted else space.estimated_size()
-    # what was searched, said as it happened: exhaustive only when every plan of the space was evaluated
-    fits = counted and request.sampler != "optuna" and size <= request.trials
-    sampler = "exhaustive" if fits and distinct == size else "optuna"
-    stopped = meter.stopped if meter is not None else None
-    return SearchResponse(
-        model=model_summary(predictor),
-        objective=request.objective,
-        sampler=sampler,
-        trials=len(finished),
-        distinct_plans=distinct,
-        feasible_trials=len(feasible),
-        space_size=size,
-        space_size_exact=counted,
-        over_budget_plans=over,
-        best=best,
-        pareto=pareto,
-        precisions=list(space.precisions),
-        moe=request.workload.family == "moe",
-        stopped_by="budget" if stopped else None,
-        stop_reason=stopped,
-        estimate=estimated.summary() if estimated is not None else None,
-    )

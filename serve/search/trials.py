@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 
 from collect.schema import RunSpec
-from serve.search.space import Space, layout_name
+from serve.search.space import OVER_BUDGET, Space, layout_name
 
 
 def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
@@ -38,7 +38,9 @@ def suggest(trial: optuna.Trial, space: Space) -> RunSpec | None:
     choice = (layout, mbs, sharding, recompute, schedule, virtual, sp, ep, *precision, None if etp == "tp" else etp)
     spec = space.spec(*choice)
     if spec is None:  # pruned: the trial says why
-        trial.set_user_attr("invalid", space.why_not(*choice))
+        why = "over the prediction budget (gnn.inference.cost): the service would refuse it alone"
+        over = space.state(choice) == OVER_BUDGET
+        trial.set_user_attr("invalid", why if over else "rejected by collect.schema.plan_problems")
     return spec
 
 

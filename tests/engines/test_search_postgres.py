@@ -22,9 +22,10 @@ import sqlalchemy
 from serve.api import load_predictor
 from serve.schemas import SearchRequest
 from serve.search import cli
-from serve.search.report import print_table
+from serve.search.cli import print_table
+from serve.search.space import space_of
 from serve.search.storage import lock_key
-from serve.search.study import search, space_of, study_name
+from serve.search.study import search, study_name
 from serve.search.trials import params_of
 from tests.serve import conftest as serve_fixtures
 

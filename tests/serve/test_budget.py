@@ -1,10 +1,13 @@
 """Searches and /explain bounded and fair, against a real server (beside test_limits.py): a search's cost estimated
 before any work and refused or stopped at its budget, searches and /explain in slots of their own so /predict
-never waits behind them, every wait with a deadline, hang-ups and DELETEs that stop the work inside a batch, and a
-probe checked before any work. Each case asserts its status and that the server is idle again within IDLE_S.
-Timings are measured in experiments/bench/search_budget.py, not asserted here."""
+never waits behind them, every wait with a deadline, hang-ups and DELETEs that stop the work inside a batch; and
+probes (gnn.inference.probe), which correct the service's times by a machine's runs (data/runs/probe-20261126T052518,
+measured here: three plans and their fingerprint), checked before any work. Each case asserts its status and that
+the server is idle again within IDLE_S. Timings are measured in experiments/bench/search_budget.py, not asserted
+here."""
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -12,7 +15,9 @@ import time
 
 import pytest
 
+from collect.store import ResultStore
 from experiments.bench.search_budget import ISSUE_SEARCH  # the 283-byte request of issue 52
+from serve.client import PlansightError
 from serve.search.budget import SEARCH
 from tests.serve.conftest import CLUSTER, REPO, WORKLOAD, call, finished, start_server
 from tests.serve.test_hostile import BIG_SEARCH
@@ -64,6 +69,21 @@ def _send(base: str, path: str, body: dict) -> socket.socket:
     head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
     sock.sendall(head.encode() + data)
     return sock
+
+
+def _answer(sock: socket.socket) -> str:
+    """The whole response to a request sent by _send: its headers, then as many bytes as they announce."""
+    sock.settimeout(60)  # a bound on a hang, not a timing
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next((line.split(b":")[1] for line in head.lower().split(b"\r\n") if line.startswith(b"content-length")), 0)
+    )
+    while len(body) < length and (chunk := sock.recv(4096)):
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode("latin-1")
 
 
 @pytest.fixture
@@ -127,7 +147,7 @@ def test_a_request_waiting_past_the_deadline_gets_503_with_retry_after(strict):
     try:
         _heavy(strict, 2)
         request = _send(strict, "/explain", EXPLAIN)  # waits for a heavy slot; 1 s at most
-        answer = request.recv(4096).decode("latin-1").lower()
+        answer = _answer(request).lower()
         request.close()
         assert answer.startswith("http/1.1 503") and "retry-after:" in answer and "no heavy slot" in answer, answer
         assert call(strict, "POST", "/predict", PREDICT)[0] == 200  # its own slots
@@ -167,6 +187,58 @@ def test_a_hung_up_explain_or_search_stops_inside_its_work(base, path, body):
 
 # --- probes: checked before any work ----------------------------------------------------------------------------
 
+PROBE = "probe-20261126T052518"
+ROWS = ResultStore(REPO / "data" / "runs" / f"{PROBE}.parquet").load()
+ROWS = ROWS[~ROWS["is_reference"].astype(bool)]  # each world size's reference plan, measured as in every sweep
+FINGERPRINT = ROWS["fingerprint_id"].iloc[0]
+PROBE_WORKLOAD = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 512, "micro_batch_size": 1,
+            "global_batch_size": 4, "dtype": "float32"}  # fmt: skip
+PROBE_CLUSTER = {"fingerprint": FINGERPRINT, "devices_per_node": 2, "memory_bytes": 2**30}
+PROBE_PLANS = [{"dp": 2, "num_microbatches": 2}, {"dp": 1, "pp": 2, "num_microbatches": 4, "pp_schedule": "1f1b"}]
+
+
+def _log_width(p: dict) -> float:
+    lo, hi = p["iter_time_interval_s"]
+    return math.log(hi / lo)
+
+
+def test_a_probe_moves_every_time_by_its_factor_and_widens_the_intervals(server):
+    plain = server.predict(PROBE_WORKLOAD, PROBE_CLUSTER, PROBE_PLANS)
+    probed = server.predict(PROBE_WORKLOAD, PROBE_CLUSTER, PROBE_PLANS, probe=PROBE)
+    assert plain["probe"] is None
+    info = probed["probe"]
+    assert info["probe"] == PROBE and info["runs"] == len(ROWS) == 3 and info["log_sd"] > 0
+    for before, after in zip(plain["predictions"], probed["predictions"]):
+        assert after["iter_time_s"] == pytest.approx(before["iter_time_s"] * info["time_factor"], rel=1e-6)
+        assert _log_width(after) > _log_width(before)
+        assert after["peak_mem_bytes"] == before["peak_mem_bytes"]  # sittings do not move memory
+
+
+def test_an_unknown_probe_is_a_422_naming_the_field(server):
+    for name in ("no-such-probe", "../../etc/passwd"):
+        with pytest.raises(PlansightError) as e:
+            server.predict(PROBE_WORKLOAD, PROBE_CLUSTER, PROBE_PLANS, probe=name)
+        assert e.value.status == 422 and "probe" in json.dumps(e.value.detail)
+    assert server.health()["status"] == "ok"
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "serve", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_the_shell_reports_a_probe_and_predicts_with_it(predictor_path, tmp_path):
+    out = _run("probe", PROBE, "--model", str(predictor_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("measured") == 3 and f"--probe {PROBE}" in out.stdout
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"workload": PROBE_WORKLOAD, "cluster": PROBE_CLUSTER, "plans": PROBE_PLANS}))
+    out = _run("predict", str(spec), "--model", str(predictor_path), "--probe", PROBE)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["probe"]["runs"] == 3
+    bad = _run("predict", str(spec), "--model", str(predictor_path), "--probe", "missing")
+    assert bad.returncode == 2 and "--probe" in bad.stderr and "missing" in bad.stderr
+
+
 A100 = {"workload": WORKLOAD, "cluster": CLUSTER, "plans": PREDICT["plans"]}
 STORED = sorted(p.name.removesuffix(".parquet") for p in (REPO / "data" / "runs").glob("*.parquet"))
 
@@ -198,8 +270,7 @@ def test_a_probe_from_other_hardware_is_refused_unless_asked_for(base):
 
 
 def _predict_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "serve", "predict", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    return _run("predict", *args)
 
 
 def test_the_shell_refuses_a_stored_sweep_as_a_probe_in_one_line(predictor_path, tmp_path):

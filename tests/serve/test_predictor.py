@@ -11,7 +11,7 @@ from gnn.inference.coverage import RANGED, outside, spec_values, training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.inference.workers import CHUNK, KNOWN
 from serve.schemas import SearchRequest
-from serve.search.study import space_of
+from serve.search.space import space_of
 from tests.serve.conftest import CLUSTER, REPO, WORKLOAD
 
 

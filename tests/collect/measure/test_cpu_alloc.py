@@ -14,7 +14,7 @@ import time
 import pytest
 
 from collect.launch.result import RankOutcome, build_row, combine_ranks
-from collect.measure import cpu_alloc
+from collect.measure.build_lock import BuildError, BuildLock
 from collect.measure.memory import CPU_FALLBACK_METHOD, PEAK_MEM_METHODS
 from tests.conftest import tiny_spec
 
@@ -26,7 +26,7 @@ def _hold(lock, tmp_path) -> subprocess.Popen:
     ready = tmp_path / "ready"
     code = f"""
         import pathlib, time
-        from collect.measure.cpu_alloc import BuildLock
+        from collect.measure.build_lock import BuildLock
         with BuildLock(pathlib.Path({str(lock)!r}), wait_s=60):
             pathlib.Path({str(ready)!r}).touch()
             time.sleep(120)
@@ -44,8 +44,8 @@ def test_a_lock_held_by_a_live_process_times_out_naming_it(tmp_path):
     lock = tmp_path / "build.lock"
     holder = _hold(lock, tmp_path)
     try:
-        with pytest.raises(cpu_alloc.BuildError, match=f"held by pid {holder.pid} on {socket.gethostname()} since"):
-            with cpu_alloc.BuildLock(lock, wait_s=0.5):
+        with pytest.raises(BuildError, match=f"held by pid {holder.pid} on {socket.gethostname()} since"):
+            with BuildLock(lock, wait_s=0.5):
                 pass
     finally:
         holder.kill()
@@ -56,8 +56,8 @@ def test_a_process_waiting_for_the_lock_says_what_it_waits_for(tmp_path, capsys)
     lock = tmp_path / "build.lock"
     holder = _hold(lock, tmp_path)
     try:
-        with pytest.raises(cpu_alloc.BuildError):
-            with cpu_alloc.BuildLock(lock, wait_s=1.0, report_s=0.3):
+        with pytest.raises(BuildError):
+            with BuildLock(lock, wait_s=1.0, report_s=0.3):
                 pass
     finally:
         holder.kill()
@@ -72,8 +72,8 @@ def test_a_lock_left_by_a_killed_process_is_free_at_once(tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert json.loads(lock.read_text())["pid"] == holder.pid  # the dead holder's name is still in the file
-    assert "no longer running" in cpu_alloc.BuildLock(lock).holder()
-    with cpu_alloc.BuildLock(lock, wait_s=5):  # would raise after 5 s if the dead holder still held it
+    assert "no longer running" in BuildLock(lock, wait_s=0).holder()
+    with BuildLock(lock, wait_s=5):  # would raise after 5 s if the dead holder still held it
         assert json.loads(lock.read_text())["pid"] == os.getpid()
 
 
@@ -160,6 +160,7 @@ def test_a_built_allocator_loads_without_ninja_or_a_compiler(built_after_a_kille
     code = """
         import torch
         from collect.measure import cpu_alloc
+from collect.measure.build_lock import BuildError, BuildLock
         assert cpu_alloc.install()
         cpu_alloc.reset_peak()
         base = cpu_alloc.live_bytes()
@@ -175,6 +176,7 @@ def test_without_a_compiler_one_line_says_what_to_install_and_peaks_fall_back(tm
     code = """
         import json, torch
         from collect.measure import cpu_alloc
+from collect.measure.build_lock import BuildError, BuildLock
         from collect.measure.memory import PeakMemory
         assert not cpu_alloc.build()
         with PeakMemory(torch.device("cpu")) as mem:
