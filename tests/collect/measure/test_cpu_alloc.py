@@ -160,7 +160,6 @@ def test_a_built_allocator_loads_without_ninja_or_a_compiler(built_after_a_kille
     code = """
         import torch
         from collect.measure import cpu_alloc
-from collect.measure.build_lock import BuildError, BuildLock
         assert cpu_alloc.install()
         cpu_alloc.reset_peak()
         base = cpu_alloc.live_bytes()
@@ -176,7 +175,6 @@ def test_without_a_compiler_one_line_says_what_to_install_and_peaks_fall_back(tm
     code = """
         import json, torch
         from collect.measure import cpu_alloc
-from collect.measure.build_lock import BuildError, BuildLock
         from collect.measure.memory import PeakMemory
         assert not cpu_alloc.build()
         with PeakMemory(torch.device("cpu")) as mem:
