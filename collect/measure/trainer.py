@@ -24,26 +24,23 @@ MODELS = {"gpt": GPT, "llama": Llama, "moe": Llama}  # a moe model is a Llama wh
 
 
 class PlanTrainer:
-    """Owns everything a plan allocates on this rank; ``close()`` releases it."""
+    """Owns everything a plan allocates on this rank; ``close()`` releases it. ``mesh`` and ``meta``: the device
+    mesh (or its named sub-meshes) and this rank's meta modules (``meta_modules``), when built beforehand, as a
+    trace under fake tensors must (collect.fake.trace)."""
 
-    def __init__(self, spec: RunSpec, device: torch.device):
+    def __init__(self, spec: RunSpec, device: torch.device, mesh=None, meta: dict | None = None):
         self.spec, self.device = spec, device
-        w, plan = spec.workload, spec.plan
-        self.mesh = build_mesh(plan, device.type)
-        with torch.device("meta"):
-            meta_model = MODELS[w.family](w).to(TORCH_DTYPES[w.dtype])
+        plan = spec.plan
+        self.mesh = build_mesh(plan, device.type) if mesh is None else mesh
+        meta = meta_modules(spec, self.mesh) if meta is None else meta
         if plan.pp_enabled:
-            pp_rank = self.mesh["pp"].get_local_rank()
-            self.stages = {
-                s: parallelize(split_stage(meta_model, plan, s), self.mesh, plan, device)
-                for s in stage_ids(plan, pp_rank)
-            }
+            self.stages = {s: parallelize(module, self.mesh, plan, device) for s, module in meta.items()}
             self.schedule, self.pipeline_stages = build_schedule(
                 self.stages, plan, self.mesh["pp"], device, cross_entropy_loss
             )
             modules = list(self.stages.values())
         else:
-            self.model = parallelize(meta_model, self.mesh, plan, device)
+            self.model = parallelize(meta[None], self.mesh, plan, device)
             modules = [self.model]
         params = [p for m in modules for p in m.parameters()]
         self.optimizer = build_optimizer(params, plan.sharding, self.mesh["dp"])
@@ -91,3 +88,13 @@ class PlanTrainer:
         for name in ("schedule", "pipeline_stages", "stages", "model", "optimizer", "tokens", "targets", "mesh"):
             if hasattr(self, name):
                 delattr(self, name)
+
+
+def meta_modules(spec: RunSpec, mesh) -> dict[int | None, nn.Module]:
+    """This rank's model on the meta device: the whole model (key None), or its pipeline stages by index."""
+    w, plan = spec.workload, spec.plan
+    with torch.device("meta"):
+        meta_model = MODELS[w.family](w).to(TORCH_DTYPES[w.dtype])
+    if not plan.pp_enabled:
+        return {None: meta_model}
+    return {s: split_stage(meta_model, plan, s) for s in stage_ids(plan, mesh["pp"].get_local_rank())}

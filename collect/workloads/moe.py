@@ -63,7 +63,7 @@ class MoE(nn.Module):
         x = x.reshape(-1, shape[-1])
         weights, chosen = self.router(x).softmax(dim=-1).topk(self.top_k, dim=-1)
         order = chosen.flatten().argsort(stable=True)  # token slots sorted by expert
-        counts = torch.bincount(chosen.flatten(), minlength=self.num_experts)
+        counts = expert_counts(chosen, self.num_experts)
         out = self._run_experts(x[order // self.top_k], counts)[order.argsort()]
         y = (out.view(-1, self.top_k, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
         if self.shared is not None:
@@ -73,17 +73,9 @@ class MoE(nn.Module):
     def _run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         if self.ep_group is None:
             return self.experts(routed, counts.tolist())
-        ep = dist.get_world_size(self.ep_group)
-        send = counts.view(ep, -1)  # tokens for (destination rank, its local expert)
-        # recv[source, e]: tokens a source sends to local expert e. The functional collective, not
-        # dist.all_to_all_single: selective checkpointing must see the same ops when it recomputes the layer.
-        recv = wait_tensor(all_to_all_single(send.flatten(), None, None, self.ep_group)).view(ep, -1)
-        send_splits, recv_splits = send.sum(dim=1).tolist(), recv.sum(dim=1).tolist()
+        send_splits, recv_splits, local_counts, order = dispatch_plan(counts, self.ep_group)
         tokens = all_to_all_single_autograd(routed, recv_splits, send_splits, self.ep_group)
-        # they arrive grouped by source rank, then expert: regroup by expert for the expert loop
-        segment = torch.repeat_interleave(torch.arange(recv.numel()), recv.flatten())
-        by_expert = (segment % recv.shape[1]).argsort(stable=True)
-        out = self.experts(tokens[by_expert], recv.sum(dim=0).tolist())[by_expert.argsort()]
+        out = self.experts(tokens[order], local_counts)[order.argsort()]
         return all_to_all_single_autograd(out, send_splits, recv_splits, self.ep_group)
 
     @torch.no_grad()
@@ -91,3 +83,25 @@ class MoE(nn.Module):
         self.experts.init_weights()
         if self.shared is not None:
             self.shared.init_weights()
+
+
+# The two steps of routing whose sizes depend on the router's data: a trace under fake tensors, which has none,
+# replaces them (collect.fake.trace: every expert gets the same number of tokens).
+def expert_counts(chosen: torch.Tensor, experts: int) -> torch.Tensor:
+    """How many of the token slots each expert was chosen for."""
+    return torch.bincount(chosen.flatten(), minlength=experts)
+
+
+def dispatch_plan(
+    counts: torch.Tensor, group: dist.ProcessGroup
+) -> tuple[list[int], list[int], list[int], torch.Tensor]:
+    """An expert-parallel dispatch's sizes, from this rank's ``counts`` per expert: the tokens it sends to each rank
+    and receives from each, each local expert's tokens, and the order that regroups the received tokens (by source
+    rank, then expert) by expert. The counts go by the functional collective, not dist.all_to_all_single: selective
+    checkpointing must see the same ops when it recomputes the layer."""
+    ep = dist.get_world_size(group)
+    send = counts.view(ep, -1)  # tokens for (destination rank, its local expert)
+    recv = wait_tensor(all_to_all_single(send.flatten(), None, None, group)).view(ep, -1)  # [source, local expert]
+    segment = torch.repeat_interleave(torch.arange(recv.numel()), recv.flatten())
+    order = (segment % recv.shape[1]).argsort(stable=True)
+    return send.sum(dim=1).tolist(), recv.sum(dim=1).tolist(), recv.sum(dim=0).tolist(), order

@@ -1,7 +1,7 @@
 """Where the peak-memory error comes from, per strategy: the simulator's on every CPU row, the served model's on
 the cpu/random test rows, and the noise of the measurement itself.
 
-    python -m experiments.memory_errors [--model models:/plansight@champion]
+    python -m experiments.memory.errors [--model models:/plansight@champion]
 
 Memory goals are in the 2% range, and the error is not spread evenly: this groups it by sharding, by whether
 data parallelism is on (dp > 1) and by pipeline depth, and puts beside each sharding the spread of repeated

@@ -1,0 +1,1 @@
+"""Per-rank peak memory at full size without the hardware: the collector's own step traced under fake tensors."""
