@@ -1,0 +1,39 @@
+"""A fake-tensor sweep (collect.fake.sweep): rows labelled fake with a peak per pipeline stage and no time, resumable,
+and a plan that is not traced in time is a row saying so."""
+
+import json
+
+from collect.fake.sweep import FAKE_METHOD, run_sweep, stage_ranks
+from collect.store import ResultStore
+from collect.sweep import SweepSpec
+from tests.conftest import tiny_spec
+
+
+def _sweep(name: str, *points) -> SweepSpec:
+    return SweepSpec(name=name, points=list(points), repeat_fraction=0)
+
+
+def test_rows_are_fake_peaks_per_stage_and_a_resume_traces_nothing_again(tmp_path):
+    pipelined = tiny_spec(pp=2, num_microbatches=2, pp_schedule="1f1b")
+    sharded = tiny_spec(dp=2, sharding="fsdp_full", recompute="full")
+    spec = _sweep("fake-test", pipelined, sharded)
+    first = run_sweep(spec, tmp_path, limit=None, workers=2, timeout_s=600)
+    assert first["ok"] == 2
+    rows = ResultStore(tmp_path / "fake-test.parquet").load().set_index("run_id")
+    assert set(rows["peak_mem_method"]) == {FAKE_METHOD}
+    assert rows["iter_time_s"].isna().all()
+    stages = rows.loc[pipelined.run_id]
+    assert list(stages["traced_ranks"]) == stage_ranks(pipelined) == [0, 1]
+    assert stages["peak_mem_bytes"] == max(stages["peak_mem_bytes_per_rank"]) > 0
+    assert rows.loc[sharded.run_id, "trace_cpu_s"] > 0
+    assert json.loads((tmp_path / "fake-test.sweep.json").read_text())["name"] == "fake-test"
+    again = run_sweep(spec, tmp_path, limit=None, workers=1, timeout_s=600)
+    assert again["traced"] == 0 and again["skipped_done"] == 2
+
+
+def test_a_plan_not_traced_in_time_is_a_timeout_row(tmp_path):
+    point = tiny_spec(dp=2)
+    summary = run_sweep(_sweep("fake-slow", point), tmp_path, limit=None, workers=1, timeout_s=0.5)
+    assert summary["timeout"] == 1
+    row = ResultStore(tmp_path / "fake-slow.parquet").load().iloc[0]
+    assert row["status"] == "timeout" and "rank 0: not traced within" in row["error"]
