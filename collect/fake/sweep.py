@@ -10,6 +10,8 @@ nothing is lost to a crash or Ctrl-C), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
+- ``traced_microbatches``: a plan of many micro-batches is traced at two counts and its peaks extrapolated along
+  the line through them (``sampled_counts``), the counts given here; empty where it was traced whole;
 - ``status`` "ok", or "error" saying which rank failed and how (what torch could not trace), or "timeout".
 What the hardware adds on top (CUDA's context, NCCL's buffers, the caching allocator's gaps) is not in a fake peak.
 """
@@ -41,28 +43,65 @@ def stage_ranks(spec: RunSpec) -> list[int]:
     return [stage * stride for stage in range(spec.plan.pp)]
 
 
+def sampled_counts(spec: RunSpec) -> tuple[int, int] | None:
+    """Two micro-batch counts whose traces give the plan's peaks on a line, or None to trace it whole.
+
+    Past the schedule's warm-up every micro-batch is alike: each more one adds the same bytes (a pipeline's
+    receive buffers and kept outputs) or none (accumulation), so a peak is affine in the count from there on. Both
+    counts take every rank past its warm-up and one micro-batch more (the first backward allocates the gradients);
+    an interleaved schedule needs multiples of pp. tests/collect/fake/test_sweep.py checks the line against whole
+    traces."""
+    plan = spec.plan
+    first = 3 * plan.pp if plan.interleaved else plan.pp + 1
+    return (first, first + plan.pp) if plan.num_microbatches > first + plan.pp else None
+
+
+def with_microbatches(spec: RunSpec, count: int) -> RunSpec:
+    samples = spec.plan.dp * spec.workload.micro_batch_size * count
+    return spec.model_copy(
+        update={
+            "plan": spec.plan.model_copy(update={"num_microbatches": count}),
+            "workload": spec.workload.model_copy(update={"global_batch_size": samples}),
+        }
+    )
+
+
 def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
-    """Every stage's first rank traced; the result and the row's extra fields."""
-    start, peaks, cpu_s = time.monotonic(), [], 0.0
-    ranks = stage_ranks(spec)
-    for rank in ranks:
-        command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
-        left = timeout_s - (time.monotonic() - start)
-        try:
-            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(left, 1))
-        except subprocess.TimeoutExpired:
-            wall = time.monotonic() - start
-            return RunResult("timeout", error=f"rank {rank}: not traced within {timeout_s:.0f} s", wall_s=wall), {}
-        if done.returncode != 0:
-            why = _last_error(done.stderr)
-            return RunResult("error", error=f"rank {rank}: {why}", wall_s=time.monotonic() - start), {}
-        traced = json.loads(done.stdout.strip().splitlines()[-1])
-        peaks.append(traced["peak_mem_bytes"])
-        cpu_s += traced["cpu_s"]
+    """Every stage's first rank traced (at two micro-batch counts and extrapolated, for many); the result and the
+    row's extra fields."""
+    start, cpu_s = time.monotonic(), 0.0
+    ranks, counts = stage_ranks(spec), sampled_counts(spec)
+    lines = []
+    for traced_spec in [with_microbatches(spec, k) for k in counts] if counts else [spec]:
+        peaks = []
+        for rank in ranks:
+            left = timeout_s - (time.monotonic() - start)
+            outcome = _trace_rank(traced_spec, rank, left)
+            if isinstance(outcome, RunResult):
+                outcome.wall_s = time.monotonic() - start
+                return outcome, {}
+            peaks.append(outcome["peak_mem_bytes"])
+            cpu_s += outcome["cpu_s"]
+        lines.append(peaks)
+    if counts:
+        (k1, k2), n = counts, spec.plan.num_microbatches
+        peaks = [round(a + (b - a) * (n - k1) / (k2 - k1)) for a, b in zip(*lines)]
     result = RunResult(
         "ok", peak_mem_bytes_per_rank=peaks, wall_s=time.monotonic() - start, peak_mem_method=FAKE_METHOD
     )
-    return result, {"traced_ranks": ranks, "trace_cpu_s": round(cpu_s, 2)}
+    return result, {"traced_ranks": ranks, "trace_cpu_s": round(cpu_s, 2), "traced_microbatches": list(counts or [])}
+
+
+def _trace_rank(spec: RunSpec, rank: int, timeout_s: float) -> dict | RunResult:
+    """One rank traced in a process of its own: its output, or the failed result."""
+    command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
+    if done.returncode != 0:
+        return RunResult("error", error=f"rank {rank}: {_last_error(done.stderr)}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _last_error(stderr: str) -> str:
@@ -96,7 +135,7 @@ def _row(spec: SweepSpec, point: RunSpec, result: RunResult, extra: dict) -> dic
     return build_row(
         point, result, measurement_id=f"{point.run_id}-fake", sweep_id=spec.name, fingerprint_id=None, host=None,
         ref_time_s=None, repeat_group=None, repeat_index=0, is_reference=False,
-        **{"traced_ranks": [], "trace_cpu_s": None, **extra},
+        **{"traced_ranks": [], "trace_cpu_s": None, "traced_microbatches": [], **extra},
     )  # fmt: skip
 
 

@@ -3,7 +3,9 @@ and a plan that is not traced in time is a row saying so."""
 
 import json
 
-from collect.fake.sweep import FAKE_METHOD, run_sweep, stage_ranks
+import pytest
+
+from collect.fake.sweep import FAKE_METHOD, _trace_rank, run_sweep, sampled_counts, stage_ranks, trace_point
 from collect.store import ResultStore
 from collect.sweep import SweepSpec
 from tests.conftest import tiny_spec
@@ -36,4 +38,21 @@ def test_a_plan_not_traced_in_time_is_a_timeout_row(tmp_path):
     summary = run_sweep(_sweep("fake-slow", point), tmp_path, limit=None, workers=1, timeout_s=0.5)
     assert summary["timeout"] == 1
     row = ResultStore(tmp_path / "fake-slow.parquet").load().iloc[0]
-    assert row["status"] == "timeout" and "rank 0: not traced within" in row["error"]
+    assert row["status"] == "timeout" and "rank 0: not traced within the plan's time" in row["error"]
+
+
+MANY_MICROBATCHES = {
+    "accumulation": dict(dp=2, num_microbatches=6, sharding="fsdp_full"),
+    "gpipe": dict(pp=2, num_microbatches=8, pp_schedule="gpipe"),
+    "1f1b": dict(pp=2, num_microbatches=8, pp_schedule="1f1b", recompute="full"),
+    "interleaved": dict(pp=2, num_microbatches=12, pp_schedule="interleaved_1f1b", virtual_stages=2),
+}
+
+
+@pytest.mark.parametrize("name", MANY_MICROBATCHES)
+def test_peaks_extrapolated_over_microbatches_are_the_whole_traces(name):
+    spec = tiny_spec(**MANY_MICROBATCHES[name])
+    assert sampled_counts(spec) is not None
+    result, extra = trace_point(spec, timeout_s=600)
+    whole = [_trace_rank(spec, rank, 600)["peak_mem_bytes"] for rank in extra["traced_ranks"]]
+    assert result.peak_mem_bytes_per_rank == pytest.approx(whole, rel=1e-6, abs=64)
