@@ -18,7 +18,8 @@ Under fake tensors a few things the real run does are done otherwise, each the s
   one's counts depend on its data, so a traced MoE peak is the balanced one; collect.workloads.moe);
 - a pipeline stage learns the shapes its neighbours send (the activation of a micro-batch, sequence-sharded under
   sequence parallelism) from the plan, not from them: the real schedule's vote on static shapes and its metadata
-  exchange are answered here (the real run, with no static shapes given, always exchanges).
+  exchange are answered here (the real run, with no static shapes given, always exchanges);
+- a pipeline's sends hold their tensors until the schedule lets go of them, as a real group's works do.
 A plan of a GPU cluster traced on the CPU takes the GPU's kernels where they keep other memory (collect.fake.kernels).
 """
 
@@ -36,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.parallel.distributed as ddp_module
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import PipelineStage, schedules
 from torch.distributed.pipelining._utils import (
     InferenceMode,
     _StageBackwardMeta,
@@ -110,7 +111,30 @@ def _as_fake_as_possible(spec: RunSpec):
         stack.enter_context(mock.patch.object(_PipelineSchedule, "_warmup_p2p", _exchange_shapes))
         stack.enter_context(mock.patch.object(PipelineStage, "_recv_meta", _neighbour_shapes(spec)))
         stack.enter_context(mock.patch.object(PipelineStage, "_send_meta", lambda self, meta, dst: None))
+        stack.enter_context(mock.patch.object(schedules, "_batch_p2p", _held_p2p(schedules._batch_p2p)))
         yield
+
+
+def _held_p2p(batch_p2p):
+    """A schedule's p2p batch whose works hold their tensors while the schedule holds the works, as gloo's and
+    NCCL's do (a fake group's hold none): the interleaved schedule waits its sends only at the step's end, so every
+    activation it sent stays alive until then."""
+
+    def held(p2p_ops, desc=None):
+        works = batch_p2p(p2p_ops, desc)
+        return [_HeldWork(works, [op.tensor for op in p2p_ops])] if works else works
+
+    return held
+
+
+class _HeldWork:
+    def __init__(self, works, tensors):
+        self.works, self.tensors = works, tensors
+
+    def wait(self, *args, **kwargs) -> bool:
+        for work in self.works:
+            work.wait(*args, **kwargs)
+        return True
 
 
 def _exchange_shapes(self, stages, has_backward, p2p_done) -> None:
