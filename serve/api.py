@@ -83,12 +83,11 @@ def predictions(columns: dict[str, np.ndarray]) -> list[PlanPrediction]:
             peak_mem_bytes=m,
             peak_mem_interval_bytes=(m_lo, m_hi),
             fits=bool(fits),
-            oom_prob=oom,
             oom_risk=risk,
             breakdown={"compute": compute, "communication_exposed": exposed, "bubble": bubble},
             extrapolation=extrapolation,
         )
-        for t, t_lo, t_hi, m, m_lo, m_hi, fits, oom, risk, compute, exposed, bubble, extrapolation in zip(
+        for t, t_lo, t_hi, m, m_lo, m_hi, fits, risk, compute, exposed, bubble, extrapolation in zip(
             *values, *shares, columns["extrapolation"]
         )
     ]

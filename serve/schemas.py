@@ -16,6 +16,7 @@ from collect.hardware.records import default_hardware_dir, load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
 from collect.schema.choices import FLOAT8_SCALINGS, Float8, Framework, gemm_rate_key
 from gnn.inference.cost import explain_cost, over_budget, request_cost
+from gnn.inference.predictor import FITS_MAX_RISK
 from gnn.inference.probe import check_probe, hardware_kind
 
 MAX_PLANS = 10_000  # per request: a search batch
@@ -188,9 +189,8 @@ class PlanPrediction(BaseModel):
     """Peak memory per device (the busiest device)."""
     peak_mem_interval_bytes: tuple[float, float]
     fits: bool
-    """Predicted peak memory within the device's capacity."""
-    oom_prob: float
-    """The network's out-of-memory classifier, learned from runs that ran out of memory on this machine's ranks."""
+    """oom_risk at most 0.1 (gnn.inference.predictor.FITS_MAX_RISK): the whole 80% memory interval is within the
+    device's capacity. The search picks by the same rule (its max_oom_risk, 0.1 by default)."""
     oom_risk: float
     """The chance the peak exceeds the device's memory, read from the memory interval (its upper end is the 90th
     percentile): below 0.1 when the whole interval fits. The search picks only plans under its max_oom_risk."""
@@ -227,7 +227,7 @@ class SearchRequest(_Request):
     sampler: Literal["auto", "optuna", "exhaustive"] = "auto"
     """auto: every plan of the space when it has at most `trials` plans (the exact optimum within the budget),
     else Optuna (TPE for time, NSGA-II for pareto); optuna or exhaustive force one."""
-    max_oom_risk: float = Field(default=0.1, ge=0.0, le=1.0)
+    max_oom_risk: float = Field(default=FITS_MAX_RISK, ge=0.0, le=1.0)
     """The largest chance of running out of memory (a prediction's oom_risk) a plan may carry to be picked: the
     default takes only plans whose 80% memory interval fits, so whose upper end is below capacity."""
     framework: Framework = "torch"

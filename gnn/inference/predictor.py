@@ -32,13 +32,16 @@ POINT_COLUMNS = (
     "peak_mem_lo_bytes",
     "peak_mem_hi_bytes",
     "fits",
-    "oom_prob",
     "oom_risk",
 )
 # the standard normal quantile of the 80% interval's upper end (0.9): an interval's half-width in log units is this
 # many standard deviations of a log-normal error
 Z_UPPER = 1.2815515655446004
 
+
+FITS_MAX_RISK = 0.1
+"""A plan fits when its chance of running out of memory (oom_risk) is at most this: its whole 80% memory interval
+is within the device's capacity. The one answer to "does it fit": the search's default max_oom_risk too."""
 
 SIM_COLUMNS = ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
 
@@ -148,8 +151,9 @@ class BatchPredictor:
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
         out["memory_bytes"] = capacity
-        out["fits"] = out["peak_mem_bytes"] <= capacity
         out["oom_risk"] = oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], capacity)
+        out["fits"] = out["oom_risk"] <= FITS_MAX_RISK
+        del out["oom_prob"]  # the network's own classifier: scored in training, never a second answer to a user
         sim = {k: np.concatenate([c[k] for _, c in parts]) if parts else np.zeros(0) for k in SIM_COLUMNS}
         # where the time goes, per the simulator on the busiest rank (fractions of its iteration)
         total = sim["sim_time_s"]

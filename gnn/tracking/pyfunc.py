@@ -8,7 +8,8 @@ own tooling as well as ours::
 Input columns are the plan-row fields of data/runs (workload, plan, cluster),
 with ``hardware`` naming a preset (a100-80gb, ...) or a measured fingerprint
 id shipped with the model. Output: iteration time, its 80% interval, peak
-memory per device, its interval, fits, and the oom probability.
+memory per device, its interval, the chance it runs out of memory (oom_risk) and whether it fits (that risk
+at most 0.1).
 """
 
 from __future__ import annotations

@@ -58,6 +58,20 @@ def test_a_cluster_states_its_network_and_each_prediction_its_oom_risk(server):
     assert e.value.status == 422 and "nvlink_domain" in str(e.value.detail)
 
 
+def test_fits_is_one_answer_the_oom_risk_under_its_stated_threshold(server):
+    """One answer to "does it fit": fits is oom_risk <= 0.1 (the whole 80% memory interval fits), and no second
+    head (the network's own out-of-memory classifier) is answered beside it. On a device between the predicted peak
+    and its interval's upper end the plan does not fit, though its point would."""
+    plan = [PLANS[0]]
+    p = server.predict(WORKLOAD, CLUSTER, plan)["predictions"][0]
+    assert "oom_prob" not in p
+    point, (_, hi) = p["peak_mem_bytes"], p["peak_mem_interval_bytes"]
+    assert point < hi
+    for capacity, fits in ((int(hi * 1.05), True), (int((point * hi) ** 0.5), False), (int(point * 0.9), False)):
+        q = server.predict(WORKLOAD, {**CLUSTER, "memory_bytes": capacity}, plan)["predictions"][0]
+        assert q["fits"] is fits and (q["oom_risk"] <= 0.1) is fits, (capacity, q["oom_risk"])
+
+
 def test_a_plan_outside_the_training_rows_says_what_lies_outside(server):
     big = {**WORKLOAD, "layers": 96, "hidden": 8192, "heads": 64}
     outside = server.predict(big, CLUSTER, [PLANS[0]])["predictions"][0]["extrapolation"]
