@@ -5,8 +5,10 @@ A storage is counted from the first operation that sees it, as an output or an i
 frees it, and at its current size: FSDP frees and regrows its unsharded parameters by resizing their storages,
 which no operation sees, so ``UntypedStorage.resize_`` is watched too (as torch.distributed._tools.mem_tracker
 does). Under fake tensors a functional collective's ``wait_tensor`` returns a new storage where a real run returns
-the collective's own output: it is counted as that output, not again. On real tensors the count equals the counting
-allocator's to the byte (tests/collect/test_fake.py).
+the collective's own output: it is counted as that output, not again. A tensor on the meta device holds no memory
+in a real run and is not counted (the model is built and parallelised there before it is materialised: tensor
+parallelism's shards made on meta would otherwise count a whole unsharded copy of the weights). On real tensors the
+count equals the counting allocator's to the byte (tests/collect/fake/test_trace.py).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class LiveBytes(TorchDispatchMode):
             if returned is not waited and returned not in self._shares and waited in self._shares:
                 self._track(returned, self._shares[waited])
         for value in tree_flatten((out, args, kwargs))[0]:
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.device.type != "meta":
                 for storage in get_untyped_storages(value):
                     self._see(storage)
         return out
