@@ -12,7 +12,9 @@ nothing is lost to a crash or Ctrl-C), with
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
 - ``traced_microbatches``: a plan of many micro-batches is traced at two counts and its peaks extrapolated along
   the line through them (``sampled_counts``), the counts given here; empty where it was traced whole;
-- ``status`` "ok", or "error" saying which rank failed and how (what torch could not trace), or "timeout".
+- ``status`` "ok", or "error" saying which rank failed and how (what torch could not trace), or "timeout"; a plan
+  the collector does not run as it is written (collect.schema's collect_problems: a convention it does not
+  implement, such as a vocabulary-parallel loss) is an "error" row saying so, not traced as something else.
 What the hardware adds on top (CUDA's context, NCCL's buffers, the caching allocator's gaps) is not in a fake peak.
 """
 
@@ -30,7 +32,7 @@ from tqdm import tqdm
 
 from collect import REPO
 from collect.launch.result import RunResult, build_row
-from collect.schema import RunSpec
+from collect.schema import RunSpec, collect_problems
 from collect.store import ResultStore
 from collect.sweep import SweepSpec, sample_points
 
@@ -70,6 +72,9 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     """Every stage's first rank traced (at two micro-batch counts and extrapolated, for many); the result and the
     row's extra fields."""
     start, cpu_s = time.monotonic(), 0.0
+    problems = collect_problems(spec.workload, spec.plan, spec.cluster)
+    if problems:
+        return RunResult("error", error="; ".join(problems)), {}
     ranks, counts = stage_ranks(spec), sampled_counts(spec)
     lines = []
     for traced_spec in [with_microbatches(spec, k) for k in counts] if counts else [spec]:
