@@ -14,7 +14,7 @@ nothing is lost to a crash or Ctrl-C), with
   the line through them (``sampled_counts``), the counts given here; empty where it was traced whole;
 - ``status`` "ok", or "error" saying which rank failed and how (what torch could not trace), or "timeout"; a plan
   the collector does not run as it is written (collect.schema's collect_problems: a convention it does not
-  implement, such as a vocabulary-parallel loss) is an "error" row saying so, not traced as something else.
+  implement, such as fp32 master weights) is an "error" row saying so, not traced as something else.
 What the hardware adds on top (CUDA's context, NCCL's buffers, the caching allocator's gaps) is not in a fake peak.
 """
 

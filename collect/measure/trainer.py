@@ -10,6 +10,7 @@ from contextlib import nullcontext
 
 import torch
 from torch import nn
+from torch.distributed.tensor.parallel import loss_parallel
 
 from collect.parallel.dp import build_optimizer
 from collect.parallel.mesh import build_mesh
@@ -71,6 +72,8 @@ class PlanTrainer:
 
     def _accumulation_step(self) -> None:
         n = self.spec.plan.num_microbatches
+        # the loss reads vocabulary-sharded logits where the head left them so (collect.parallel.tp)
+        loss_context = loss_parallel if self.spec.plan.loss_parallel and self.spec.plan.tp_enabled else nullcontext
         for i, (x, y) in enumerate(zip(self.tokens.chunk(n), self.targets.chunk(n))):
             # DDP all-reduces only on the last micro-batch; FSDP reduce-scatters each
             # time (its default, which keeps gradients sharded between micro-batches).
@@ -80,7 +83,7 @@ class PlanTrainer:
                 if isinstance(self.model, nn.parallel.DistributedDataParallel) and not last
                 else nullcontext()
             )
-            with sync:
+            with sync, loss_context():
                 loss = cross_entropy_loss(self.model(x), y) / n
                 loss.backward()
 

@@ -17,7 +17,7 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.de
     """Takes a meta-device model, returns it materialised and parallelised on ``device``."""
     # TP first: it replaces parameters by DTensors that FSDP then shards further.
     if plan.tp_enabled:
-        apply_tp(model, mesh["tp"], plan.sequence_parallel)
+        apply_tp(model, mesh["tp"], plan.sequence_parallel, plan.loss_parallel)
     _tie(model)  # TP distributed a tied embedding and head separately
     if plan.ep_enabled:
         apply_ep(model, mesh["ep"])

@@ -6,7 +6,9 @@ heads, so kv_heads must divide by tp), the attention output and second MLP matmu
 token embedding split over the vocabulary, the LM head column-wise. With
 sequence parallelism the norms and the residual stream are sharded along the
 sequence (dim 1), turning each block's all-reduce into reduce-scatter +
-all-gather.
+all-gather. With ``loss_parallel`` the head's logits stay sharded over the
+vocabulary, a DTensor the loss reads under torch's ``loss_parallel()``
+(torchtitan's; collect.measure.trainer); else they are gathered whole.
 """
 
 from __future__ import annotations
@@ -23,14 +25,17 @@ from torch.distributed.tensor.parallel import (
 )
 
 
-def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool, loss_parallel: bool = False) -> None:
     residual = Shard(1) if sequence_parallel else Replicate()
     if model.embeddings is not None:
         parallelize_module(
             model.embeddings, tp_mesh, {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
         )
     if model.norm is not None:
-        top_plan = {"output": ColwiseParallel(input_layouts=residual, output_layouts=Replicate())}
+        logits = Shard(-1) if loss_parallel else Replicate()
+        top_plan = {
+            "output": ColwiseParallel(input_layouts=residual, output_layouts=logits, use_local_output=not loss_parallel)
+        }
         if sequence_parallel:
             top_plan["norm"] = SequenceParallel()
         parallelize_module(model, tp_mesh, top_plan)

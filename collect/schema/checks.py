@@ -248,9 +248,10 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
             f"plan.sharding 'zero1' with plan.tp ({p.tp}) is predicted only: torch's ZeroRedundancyOptimizer cannot "
             "hold DTensor parameters (Megatron's distributed optimizer can)"
         )
-    if p.loss_parallel and p.tp_enabled:
+    if p.loss_parallel and p.tp_enabled and p.pp_enabled:
         problems.append(
-            f"plan.loss_parallel with plan.tp ({p.tp}) is predicted only: the collector's head gathers whole logits"
+            f"plan.loss_parallel with plan.tp ({p.tp}) and plan.pp ({p.pp}) is predicted only: the collector's "
+            "pipeline stages pass plain tensors, so its last stage's head gathers whole logits"
         )
     flags = (
         "sequence_parallel_regather",

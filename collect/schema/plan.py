@@ -86,8 +86,9 @@ class Plan(Strict):
     # collector's (the rows of data/runs hold them), Megatron and Nanotron set the other value
     loss_parallel: bool = False
     """With tp: the output projection's logits and the cross-entropy stay sharded over the vocabulary (Megatron's
-    vocab-parallel cross entropy, Nanotron, torchtitan's loss_parallel). False: every tp rank holds whole fp32
-    logits (the collector's ColwiseParallel head with a replicated output)."""
+    vocab-parallel cross entropy, Nanotron, torchtitan's loss_parallel; the collector runs it without pipelining).
+    False: every tp rank holds whole fp32 logits (a ColwiseParallel head with a replicated output, the collector's
+    default)."""
     pipeline_keeps_outputs: bool = True
     """With pp: the last stage keeps every micro-batch's output until the step ends (torch.distributed.pipelining
     returning the merged outputs, the collector's default). False: only the loss is kept (Megatron, Nanotron;

@@ -97,12 +97,17 @@ def test_impossible_combinations_name_fields_and_arithmetic(plan, world_size, wo
         ({"dp": 2, "tp": 2}, 4, {"global_batch_size": 4}, "DistributedDataParallel cannot hold DTensor parameters"),
         ({"tp": 2, "sharding": "zero1"}, 2, {}, "ZeroRedundancyOptimizer cannot hold DTensor parameters"),
         ({"pp": 2}, 2, {}, "plan.num_microbatches (1) < plan.pp (2) is predicted only"),
-        ({"tp": 2, "loss_parallel": True}, 2, {}, "plan.loss_parallel with plan.tp (2) is predicted only"),
+        (
+            {"tp": 2, "pp": 2, "num_microbatches": 2, "loss_parallel": True},
+            4,
+            {"global_batch_size": 4},
+            "plan.loss_parallel with plan.tp (2) and plan.pp (2) is predicted only",
+        ),
     ],
 )
 def test_megatron_plans_torch_cannot_run_are_predicted_but_not_collected(plan, world_size, workload, reason):
     """Megatron's DDP and distributed optimizer with TP, a 1F1B pipeline that never fills, and its vocab-parallel
-    loss: valid plans."""
+    loss in a pipeline: valid plans."""
     spec = RunSpec.model_validate(_raw(plan, world_size, **workload))
     (problem,) = collect_problems(spec.workload, spec.plan, spec.cluster)
     assert reason in problem

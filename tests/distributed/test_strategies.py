@@ -18,6 +18,7 @@ TWO_RANK_PLANS = {
     "fsdp_full": dict(dp=2, sharding="fsdp_full"),
     "tp": dict(tp=2),
     "tp_sequence_parallel": dict(tp=2, sequence_parallel=True),
+    "tp_loss_parallel": dict(tp=2, sequence_parallel=True, loss_parallel=True),
     "pp_gpipe": dict(pp=2, pp_schedule="gpipe", num_microbatches=2),
     "pp_1f1b": dict(pp=2, pp_schedule="1f1b", num_microbatches=2),
     "pp_interleaved_1f1b": dict(pp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=2),
@@ -160,3 +161,17 @@ def test_a_pipeline_that_keeps_only_the_loss_frees_each_output_at_its_backward(p
         hw = hardware_model("a100-80gb", "data/hardware")
         simulated.append(simulate_plan(spec.workload, spec.plan, spec.cluster, hw)[1].peak_mem_per_rank[-1])
     assert peaks[1] < 0.6 * peaks[0] and simulated[1] < 0.6 * simulated[0]
+
+
+def test_a_vocabulary_parallel_loss_keeps_a_shard_of_the_logits(pools):
+    """torchtitan's loss_parallel (plan.loss_parallel): the head's logits stay sharded over the vocabulary and the
+    loss reads them so. The loss's fp32 tensors (the logits, their log-softmax, its gradient: 4 MiB each whole here)
+    are halved on each of 2 ranks: 20.26 MB measured without, 16.07 MB with."""
+    w = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 8192, "micro_batch_size": 2}
+    peaks = {}
+    for loss_parallel in (False, True):
+        spec = tiny_spec(tp=2, loss_parallel=loss_parallel, workload=w)
+        result = pools[2].run(spec)
+        assert result.status == "ok", result.error
+        peaks[loss_parallel] = result.peak_mem_bytes_per_rank[0]
+    assert peaks[True] < peaks[False] - 3 * 2**20
