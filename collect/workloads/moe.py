@@ -54,8 +54,9 @@ class MoE(nn.Module):
     def shard_experts(self, ep_mesh: DeviceMesh) -> None:
         """Keep this rank's experts / ep experts (on the meta device, before materialisation)."""
         local = self.num_experts // ep_mesh.size()
+        dtype = self.experts.w1.dtype  # the model's: a module made here would be in torch's default, fp32
         with torch.device("meta"):
-            self.experts = GroupedExperts(local, self.hidden, self.expert_ffn)
+            self.experts = GroupedExperts(local, self.hidden, self.expert_ffn).to(dtype)
         self.ep_group = ep_mesh.get_group()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

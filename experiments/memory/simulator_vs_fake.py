@@ -28,7 +28,11 @@ GROUPS = ["family", "sharding", "recompute", "sequence_parallel", "pipelined"]
 
 
 def fake_rows(folder: Path) -> pd.DataFrame:
-    frames = [ResultStore(p).load() for p in sorted(folder.glob("*.parquet"))]
+    # every sweep's store, compacted or still journalling (collect.fake.sweep writes <name>.sweep.json first)
+    stores = [
+        ResultStore(p.with_name(p.name.removesuffix(".sweep.json") + ".parquet")) for p in folder.glob("*.sweep.json")
+    ]
+    frames = [store.load() for store in sorted(stores, key=lambda s: s.parquet_path)]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return rows[(rows["status"] == "ok") & (rows["peak_mem_method"] == "fake")] if len(rows) else rows
 

@@ -39,6 +39,26 @@ def test_mixtral_8x7b_parameter_count_by_hand():
     assert round(w.active_params / 1e9, 1) == 12.9
 
 
+def test_experts_kept_on_an_expert_parallel_rank_keep_the_models_dtype():
+    """An ep rank's experts are made anew (its share of them): in torch's default dtype they were fp32 in a bf16
+    model, twice their memory (Mixtral 8x7B, ep 8 under FSDP: 234.9 MB per expert matrix where 117.4 MB is bf16)."""
+    from collect.parallel.ep import moe_layers
+
+    class EpMesh:  # apply_ep's mesh, as far as shard_experts reads it
+        def size(self):
+            return 8
+
+        def get_group(self):
+            return None
+
+    with torch.device("meta"):
+        model = Llama(Workload(**{**MIXTRAL_8X7B, "layers": 2}, **BATCH, dtype="bfloat16")).to(torch.bfloat16)
+    for moe in moe_layers(model):
+        moe.shard_experts(EpMesh())
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert moe.experts.w1.shape == (1, 4096, 14336)
+
+
 def test_tied_embeddings_and_dense_leading_layers_change_the_count():
     tied = Workload(**{**LLAMA3_8B, "tied_embeddings": True}, **BATCH)
     assert Workload(**LLAMA3_8B, **BATCH).num_params - tied.num_params == 128256 * 4096
