@@ -24,11 +24,11 @@ from collect.schema import Workload
 class GroupedExperts(nn.Module):
     """``experts`` SwiGLU MLPs stored as three stacked weights; tokens come sorted by expert."""
 
-    def __init__(self, experts: int, hidden: int, ffn_hidden: int):
+    def __init__(self, experts: int, hidden: int, ffn_hidden: int, dtype: torch.dtype | None = None):
         super().__init__()
-        self.w1 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden))
-        self.w2 = nn.Parameter(torch.empty(experts, ffn_hidden, hidden))
-        self.w3 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden))
+        self.w1 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden, dtype=dtype))
+        self.w2 = nn.Parameter(torch.empty(experts, ffn_hidden, hidden, dtype=dtype))
+        self.w3 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden, dtype=dtype))
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
         chunks = torch.split(x, counts)
@@ -54,9 +54,9 @@ class MoE(nn.Module):
     def shard_experts(self, ep_mesh: DeviceMesh) -> None:
         """Keep this rank's experts / ep experts (on the meta device, before materialisation)."""
         local = self.num_experts // ep_mesh.size()
-        dtype = self.experts.w1.dtype  # the model's: a module made here would be in torch's default, fp32
+        dtype = self.experts.w1.dtype  # the model's: made here without it they would be in torch's default, fp32
         with torch.device("meta"):
-            self.experts = GroupedExperts(local, self.hidden, self.expert_ffn).to(dtype)
+            self.experts = GroupedExperts(local, self.hidden, self.expert_ffn, dtype)
         self.ep_group = ep_mesh.get_group()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
