@@ -5,7 +5,10 @@ A MoE layer is any module with ``shard_experts`` and an ``experts`` child, so th
 Under FSDP the experts shard over the ranks that hold the same ones (dp_mod_ep), not over all of dp as the rest of
 the model does (torchtitan's apply_fsdp with ep); their gradients, already summed over the ep ranks by the
 all-to-all's backward, are divided by all of dp as every other gradient is (on NCCL; gloo cannot scale inside the
-reduce-scatter, and a gradient's scale changes neither time nor memory).
+reduce-scatter, and a gradient's scale changes neither time nor memory). Where a rank keeps fewer experts than
+dp_mod_ep has ranks, they shard along their second dimension (torchtitan's shard_placement_fn): along the first,
+FSDP would pad each rank's shard to a whole expert (Mixtral 8x7B, ep 8 on 16 ranks: every rank kept its expert
+whole, twice its share).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard
 
 
 def moe_layers(model: nn.Module) -> list[nn.Module]:
@@ -27,7 +31,10 @@ def apply_ep(model: nn.Module, ep_mesh: DeviceMesh) -> None:
 
 def shard_experts_fsdp(model: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> None:
     """Before the blocks are sharded, so a block's own fully_shard leaves its experts to this one."""
+    group = mesh["dp_mod_ep"]
     for moe in moe_layers(model):
-        fully_shard(moe.experts, mesh=mesh["dp_mod_ep"], reshard_after_forward=reshard_after_forward)
+        few = moe.experts.w1.shape[0] < group.size()
+        placement = (lambda param: Shard(1)) if few else None
+        fully_shard(moe.experts, mesh=group, reshard_after_forward=reshard_after_forward, shard_placement_fn=placement)
         if dist.get_backend() != "gloo":  # it reduces with PREMUL_SUM, which gloo lacks; the scale costs nothing
             moe.experts.set_gradient_divide_factor(float(mesh["dp"].size()))

@@ -50,6 +50,8 @@ FOUR_RANK = {
     "moe_ep4_fsdp_full": (MOE, dict(dp=4, ep=4, sharding="fsdp_full")),
     "moe_ep2_of_dp4": (dict(MOE, first_dense_layers=1, ffn_hidden=96), dict(dp=4, ep=2, sharding="fsdp_full")),
     "moe_ep2_pp2_recompute": (MOE, dict(pp=2, dp=2, ep=2, sharding="fsdp_grad_op", num_microbatches=2)),
+    # one expert per ep rank, two ranks holding it: FSDP shards the experts along their second dimension
+    "moe_one_expert_per_rank_fsdp": (dict(MOE, experts=2, top_k=1), dict(dp=4, ep=2, sharding="fsdp_full")),
     "llama_dp_tp_fsdp": (LLAMA, dict(dp=2, tp=2, sharding="fsdp_grad_op")),
 }
 
