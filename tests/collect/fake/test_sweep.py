@@ -34,7 +34,7 @@ def test_rows_are_fake_peaks_per_stage_and_a_resume_traces_nothing_again(tmp_pat
 
 
 def test_a_plan_the_collector_does_not_run_as_written_is_an_error_row_not_a_trace(tmp_path):
-    point = tiny_spec(dp=2, sharding="fsdp_full", fp32_master_weights=True)
+    point = tiny_spec(dp=2, sharding="fsdp_full", fp32_master_weights=True, workload={"dtype": "bfloat16"})
     summary = run_sweep(_sweep("fake-unrun", point), tmp_path, limit=None, workers=1, timeout_s=600)
     row = ResultStore(tmp_path / "fake-unrun.parquet").load().iloc[0]
     assert summary["error"] == 1 and row["status"] == "error"

@@ -75,6 +75,8 @@ def test_no_sweep_plan_is_refused_on_a_4_gib_machine(path: Path):
     if spec.device != "cpu":
         pytest.skip("measured on GPUs under torchrun: the machine check is the local pool's")
     points = all_points(spec) if spec.sampler == "active" else sample_points(spec)  # active: every candidate
+    if all(p.cluster.device != "cpu" for p in points):
+        pytest.skip("explicit GPU plans: measured under torchrun or traced under fake tensors (collect.fake.sweep)")
     assert all(fit_problems(p, 4 * GiB, p.cluster.world_size, cluster=False) == [] for p in points)
 
 
