@@ -17,6 +17,7 @@ beyond the count on 2.1 MB shards, tp 2), where over whole logits they take none
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 
 import torch
 from torch.distributed._tools.common_utils import get_untyped_storages
@@ -28,11 +29,16 @@ WAIT = torch.ops._c10d_functional.wait_tensor.default
 
 
 class LiveBytes(TorchDispatchMode):
-    """``with LiveBytes() as live: ...`` then ``live.peak`` (bytes) and ``live.now``."""
+    """``with LiveBytes() as live: ...`` then ``live.peak`` (bytes) and ``live.now``. ``live.mark(label)`` cuts the
+    run into segments: ``live.segments`` holds each segment's peak under (*label, n), its label's n-th mark; what
+    comes before the first mark is under ("start",)."""
 
     def __init__(self):
         super().__init__()
         self.now = self.peak = 0
+        self.segments: dict[tuple, int] = {}
+        self._segment, self._marks = ("start",), Counter()
+        self.segments[self._segment] = 0
         self._shares = WeakIdKeyDictionary()  # storage -> [bytes, live storages sharing them]
         self._refs: set[weakref.ref] = set()
 
@@ -48,6 +54,11 @@ class LiveBytes(TorchDispatchMode):
                     self._see(storage)
         return out
 
+    def mark(self, label: tuple) -> None:
+        self._segment = (*label, self._marks[label])
+        self._marks[label] += 1
+        self.segments[self._segment] = max(self.segments.get(self._segment, 0), self.now)
+
     def _see(self, storage: torch.UntypedStorage) -> None:
         size, share = storage.nbytes(), self._shares.get(storage)
         if share is None:
@@ -57,6 +68,7 @@ class LiveBytes(TorchDispatchMode):
             self.now += size - share[0]
             share[0] = size
         self.peak = max(self.peak, self.now)
+        self.segments[self._segment] = max(self.segments[self._segment], self.now)
 
     def _track(self, storage: torch.UntypedStorage, share: list) -> None:
         self._shares[storage] = share

@@ -10,6 +10,10 @@ nothing is lost to a crash or Ctrl-C), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
+- ``traced_depths``: a deep stack is traced at three depths and its peaks extrapolated (collect.fake.depth), the
+  depths (blocks per pipeline chunk) given here, empty where every stage was traced whole; ``depth_miss`` the most a
+  segment's line missed its third depth by (a fraction), ``depth_fallbacks`` the stages traced whole because one
+  missed by more;
 - ``traced_microbatches``: a plan of many micro-batches is traced at two counts and its peaks extrapolated along
   the line through them (``sampled_counts``), the counts given here; empty where it was traced whole;
 - ``status`` "ok", or "error" saying which rank failed and how (what torch could not trace), or "timeout"; a plan
@@ -31,6 +35,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from collect import REPO
+from collect.fake.depth import DepthMismatch, extrapolate, sampled_depths, target_depth
 from collect.launch.result import RunResult, build_row
 from collect.schema import RunSpec, collect_problems
 from collect.store import ResultStore
@@ -76,12 +81,12 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     if problems:
         return RunResult("error", error="; ".join(problems)), {}
     ranks, counts = stage_ranks(spec), sampled_counts(spec)
-    lines = []
+    lines, depths = [], {"traced_depths": [], "depth_miss": 0.0, "depth_fallbacks": 0}
     for traced_spec in [with_microbatches(spec, k) for k in counts] if counts else [spec]:
         peaks = []
-        for rank in ranks:
+        for stage, rank in enumerate(ranks):
             left = timeout_s - (time.monotonic() - start)
-            outcome = _trace_rank(traced_spec, rank, left)
+            outcome = _trace_stage(traced_spec, stage, rank, left, depths)
             if isinstance(outcome, RunResult):
                 outcome.wall_s = time.monotonic() - start
                 return outcome, {}
@@ -94,19 +99,46 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     result = RunResult(
         "ok", peak_mem_bytes_per_rank=peaks, wall_s=time.monotonic() - start, peak_mem_method=FAKE_METHOD
     )
-    return result, {"traced_ranks": ranks, "trace_cpu_s": round(cpu_s, 2), "traced_microbatches": list(counts or [])}
+    counted = {"traced_ranks": ranks, "trace_cpu_s": round(cpu_s, 2), "traced_microbatches": list(counts or [])}
+    return result, {**counted, **depths}
 
 
-def _trace_rank(spec: RunSpec, rank: int, timeout_s: float) -> dict | RunResult:
-    """One rank traced in a process of its own: its output, or the failed result."""
+def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, depths: dict) -> dict | RunResult:
+    """A stage's rank traced at three shallow depths and extrapolated (collect.fake.depth), or whole where it is
+    not deep enough, or where a segment is off its line (counted in ``depths``, which gathers what was done)."""
+    sampled, start = sampled_depths(spec, stage), time.monotonic()
+    if sampled is None:
+        return _trace_rank(spec, rank, timeout_s)
+    outcome = _trace_rank(spec, rank, timeout_s, sampled)
+    if isinstance(outcome, RunResult):
+        return outcome
+    try:
+        peak, miss = extrapolate(spec, {t["depth"]: t["segments"] for t in outcome}, target_depth(spec, stage))
+    except DepthMismatch:
+        depths["depth_fallbacks"] += 1
+        whole = _trace_rank(spec, rank, timeout_s - (time.monotonic() - start))
+        return whole if isinstance(whole, RunResult) else {**whole, "cpu_s": whole["cpu_s"] + _cpu_s(outcome)}
+    depths["traced_depths"] = sorted({*depths["traced_depths"], *sampled})
+    depths["depth_miss"] = max(depths["depth_miss"], miss)
+    return {"peak_mem_bytes": peak, "cpu_s": _cpu_s(outcome)}
+
+
+def _cpu_s(traces: list[dict]) -> float:
+    return sum(t["cpu_s"] for t in traces)
+
+
+def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, depths: tuple[int, ...] = ()) -> dict | list | RunResult:
+    """One rank traced in a process of its own: its output (one per depth, given depths), or the failed result."""
     command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
+    command += ["--depths", ",".join(map(str, depths))] if depths else []
     try:
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
         return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
     if done.returncode != 0:
         return RunResult("error", error=f"rank {rank}: {_last_error(done.stderr)}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    outputs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return outputs if depths else outputs[-1]
 
 
 def _last_error(stderr: str) -> str:
@@ -136,11 +168,14 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     return {"traced": sum(counts.values()), **counts, "skipped_done": len(done)}
 
 
+_NOT_TRACED_DEPTHS = {"traced_depths": [], "depth_miss": None, "depth_fallbacks": None}
+
+
 def _row(spec: SweepSpec, point: RunSpec, result: RunResult, extra: dict) -> dict:
     return build_row(
         point, result, measurement_id=f"{point.run_id}-fake", sweep_id=spec.name, fingerprint_id=None, host=None,
         ref_time_s=None, repeat_group=None, repeat_index=0, is_reference=False,
-        **{"traced_ranks": [], "trace_cpu_s": None, "traced_microbatches": [], **extra},
+        **{"traced_ranks": [], "trace_cpu_s": None, "traced_microbatches": [], **_NOT_TRACED_DEPTHS, **extra},
     )  # fmt: skip
 
 

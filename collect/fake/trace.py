@@ -1,6 +1,7 @@
 """One rank of a plan traced under fake tensors: its peak memory at any size, on any world, in one process.
 
     python -m collect.fake.trace SPEC.json [--rank R]   -> {"peak_mem_bytes": ..., "cpu_s": ...}
+    python -m collect.fake.trace SPEC.json [--rank R] --depths 3,4,5   -> one line each, with segments' peaks
 
 The process joins a fake process group of the plan's world size as rank R (collectives hallucinate their results),
 builds the collector's own model (collect.measure.trainer.PlanTrainer) with every tensor fake, and runs the memory
@@ -49,6 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from collect.fake.counter import LiveBytes
+from collect.fake.depth import mark_blocks, mark_optimizer, with_depth
 from collect.fake.kernels import on_gpu
 from collect.measure.trainer import TORCH_DTYPES, PlanTrainer, meta_modules
 from collect.parallel.mesh import build_mesh
@@ -58,23 +60,43 @@ from collect.workloads import moe
 MEMORY_WINDOW_STEPS = 2  # collect.measure.plan.MeasureSettings.memory_window_iters: the second has AdamW's state
 
 
-def trace(spec: RunSpec, rank: int = 0, device: str = "cpu") -> dict:
-    """Rank ``rank``'s peak bytes over the memory window, and the CPU seconds it took to trace. Joins (and leaves) a
-    fake process group: run it in a process of its own, or one with no other group. ``device`` "cuda" (on a machine
-    with CUDA) traces the GPU's kernels' memory, flash attention's for one, where "cpu" traces the CPU's."""
+def trace(spec: RunSpec, rank: int = 0, device: str = "cpu", segments: bool = False) -> dict:
+    """Rank ``rank``'s peak bytes over the memory window, and the CPU seconds it took to trace; with ``segments``,
+    each segment's peak too (collect.fake.depth). Joins (and leaves) a fake process group: run it in a process of its
+    own, or one with no other group. ``device`` "cuda" (on a machine with CUDA) traces the GPU's kernels' memory,
+    flash attention's for one, where "cpu" traces the CPU's."""
     start = time.process_time()
-    dist.init_process_group("fake", rank=rank, world_size=spec.cluster.world_size, store=FakeStore())
-    try:
+    with fake_world(spec.cluster.world_size, rank):
         meshes = named_meshes(spec, device)
         meta = meta_modules(spec, meshes)
         kernels = on_gpu() if spec.cluster.device == "cuda" and device == "cpu" else contextlib.nullcontext()
         with _as_fake_as_possible(spec), kernels, FakeTensorMode(allow_non_fake_inputs=True), LiveBytes() as live:
             trainer = PlanTrainer(spec, torch.device(device), meshes, meta)
+            if segments:
+                mark_blocks(list(trainer.stages.values()) if spec.plan.pp_enabled else [trainer.model], live)
+                mark_optimizer(trainer.optimizer, live)
             for _ in range(MEMORY_WINDOW_STEPS):
+                live.mark(("step",))
                 trainer.step()
+    out = {"peak_mem_bytes": live.peak, "cpu_s": time.process_time() - start}
+    return {**out, "segments": [[*key, peak] for key, peak in live.segments.items()]} if segments else out
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int, rank: int):
+    """This process as rank ``rank`` of a fake group of ``world_size``, joined for the span (or the one already
+    joined: a device mesh keeps its groups, so traces of one world in one process share them)."""
+    if dist.is_initialized():
+        if (dist.get_world_size(), dist.get_rank()) != (world_size, rank):
+            joined = f"rank {dist.get_rank()} of {dist.get_world_size()}"
+            raise RuntimeError(f"joined as {joined}, not as rank {rank} of {world_size}")
+        yield
+        return
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+    try:
+        yield
     finally:
         dist.destroy_process_group()
-    return {"peak_mem_bytes": live.peak, "cpu_s": time.process_time() - start}
 
 
 def named_meshes(spec: RunSpec, device: str = "cpu") -> dict[str, DeviceMesh]:
@@ -200,9 +222,16 @@ def main(argv=None) -> int:
     parser.add_argument("spec", help="a RunSpec as JSON: a file, or the JSON itself")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--depths", help="blocks per pipeline chunk, comma-separated: trace each (collect.fake.depth)")
     args = parser.parse_args(argv)
     text = args.spec if args.spec.lstrip().startswith("{") else open(args.spec).read()
-    print(json.dumps(trace(RunSpec.model_validate_json(text), args.rank, args.device)))
+    spec = RunSpec.model_validate_json(text)
+    if args.depths is None:
+        print(json.dumps(trace(spec, args.rank, args.device)))
+    with fake_world(spec.cluster.world_size, args.rank):
+        for depth in [int(d) for d in args.depths.split(",")] if args.depths else []:
+            traced = trace(with_depth(spec, depth), args.rank, args.device, segments=True)
+            print(json.dumps({"depth": depth, **traced}), flush=True)
     return 0
 
 
