@@ -59,6 +59,11 @@ class Shape(BaseModel, extra="forbid"):
     shared_experts: int = 0
     first_dense_layers: int = 0
     moe_every: int = 1
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def workload(self, micro_batch_size: int, global_batch_size: int) -> Workload:
         # only what the YAML gave: a gpt shape must not pass llama fields, even at their defaults
@@ -75,6 +80,8 @@ class SweepSpec(BaseModel):
     world_sizes: list[int] = [1, 2, 4]
     tp_degrees: list[int] = [1, 2, 4, 8]
     """Tensor-parallel degrees allowed in the sampled layouts."""
+    pp_degrees: list[int] | None = None
+    """Pipeline degrees allowed in the sampled layouts; None: every one the world size divides into."""
     ep_degrees: list[int] = [1]
     """Expert-parallel degrees tried on moe shapes (ep borrows dp's ranks, so it adds no layout)."""
     micro_batch_sizes: list[int] = [1, 2]
@@ -158,7 +165,11 @@ def layouts(world_size: int) -> list[tuple[int, int, int]]:
 
 def valid_points(spec: SweepSpec, world_size: int) -> list[RunSpec]:
     points = []
-    allowed = [lay for lay in layouts(world_size) if lay[2] in spec.tp_degrees]
+    allowed = [
+        lay
+        for lay in layouts(world_size)
+        if lay[2] in spec.tp_degrees and (spec.pp_degrees is None or lay[0] in spec.pp_degrees)
+    ]
     for shape, (pp, dp, tp), mbs, nmb, capacity in itertools.product(
         spec.shapes, allowed, spec.micro_batch_sizes, spec.num_microbatches, spec.memory_bytes
     ):

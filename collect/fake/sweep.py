@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -63,39 +64,29 @@ def sampled_counts(spec: RunSpec) -> tuple[int, int] | None:
     return (first, first + plan.pp) if plan.num_microbatches > first + plan.pp else None
 
 
-def with_microbatches(spec: RunSpec, count: int) -> RunSpec:
-    samples = spec.plan.dp * spec.workload.micro_batch_size * count
-    return spec.model_copy(
-        update={
-            "plan": spec.plan.model_copy(update={"num_microbatches": count}),
-            "workload": spec.workload.model_copy(update={"global_batch_size": samples}),
-        }
-    )
-
-
 def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
-    """Every stage's first rank traced (at two micro-batch counts and extrapolated, for many); the result and the
-    row's extra fields."""
+    """Every stage's first rank traced, in a process each (at two micro-batch counts and extrapolated, for many; at
+    three depths and extrapolated, for a deep stack); the result and the row's extra fields."""
     start, cpu_s = time.monotonic(), 0.0
     problems = collect_problems(spec.workload, spec.plan, spec.cluster)
     if problems:
         return RunResult("error", error="; ".join(problems)), {}
     ranks, counts = stage_ranks(spec), sampled_counts(spec)
     lines, depths = [], {"traced_depths": [], "depth_miss": 0.0, "depth_fallbacks": 0}
-    for traced_spec in [with_microbatches(spec, k) for k in counts] if counts else [spec]:
-        peaks = []
-        for stage, rank in enumerate(ranks):
-            left = timeout_s - (time.monotonic() - start)
-            outcome = _trace_stage(traced_spec, stage, rank, left, depths)
-            if isinstance(outcome, RunResult):
-                outcome.wall_s = time.monotonic() - start
-                return outcome, {}
-            peaks.append(outcome["peak_mem_bytes"])
-            cpu_s += outcome["cpu_s"]
+    for stage, rank in enumerate(ranks):
+        left = timeout_s - (time.monotonic() - start)
+        outcome = _trace_stage(spec, stage, rank, left, counts, depths)
+        if isinstance(outcome, RunResult):
+            outcome.wall_s = time.monotonic() - start
+            return outcome, {}
+        peaks, stage_cpu_s = outcome
         lines.append(peaks)
+        cpu_s += stage_cpu_s
     if counts:
         (k1, k2), n = counts, spec.plan.num_microbatches
-        peaks = [round(a + (b - a) * (n - k1) / (k2 - k1)) for a, b in zip(*lines)]
+        peaks = [round(a + (b - a) * (n - k1) / (k2 - k1)) for a, b in lines]
+    else:
+        peaks = [a for (a,) in lines]
     result = RunResult(
         "ok", peak_mem_bytes_per_rank=peaks, wall_s=time.monotonic() - start, peak_mem_method=FAKE_METHOD
     )
@@ -103,42 +94,48 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     return result, {**counted, **depths}
 
 
-def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, depths: dict) -> dict | RunResult:
-    """A stage's rank traced at three shallow depths and extrapolated (collect.fake.depth), or whole where it is
-    not deep enough, or where a segment is off its line (counted in ``depths``, which gathers what was done)."""
+def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, counts, depths: dict):
+    """A stage's rank traced at each micro-batch count (or as written): its peaks and CPU seconds, or the failed
+    result. A deep stack is traced at three shallow depths and extrapolated (collect.fake.depth), or whole where a
+    segment is off its line (``depths`` gathers what was done)."""
     sampled, start = sampled_depths(spec, stage), time.monotonic()
-    if sampled is None:
-        return _trace_rank(spec, rank, timeout_s)
-    outcome = _trace_rank(spec, rank, timeout_s, sampled)
-    if isinstance(outcome, RunResult):
-        return outcome
+    outcome = _trace_rank(spec, rank, timeout_s, counts, sampled)
+    if isinstance(outcome, RunResult) or sampled is None:
+        return outcome if isinstance(outcome, RunResult) else ([t["peak_mem_bytes"] for t in outcome], _cpu_s(outcome))
+    peaks = []
     try:
-        peak, miss = extrapolate(spec, {t["depth"]: t["segments"] for t in outcome}, target_depth(spec, stage))
+        for k in counts or [None]:
+            traced = {t["depth"]: t["segments"] for t in outcome if t["microbatches"] == k}
+            peak, miss = extrapolate(spec, traced, target_depth(spec, stage))
+            peaks.append(peak)
+            depths["depth_miss"] = max(depths["depth_miss"], miss)
     except DepthMismatch:
         depths["depth_fallbacks"] += 1
-        whole = _trace_rank(spec, rank, timeout_s - (time.monotonic() - start))
-        return whole if isinstance(whole, RunResult) else {**whole, "cpu_s": whole["cpu_s"] + _cpu_s(outcome)}
+        whole = _trace_rank(spec, rank, timeout_s - (time.monotonic() - start), counts)
+        if isinstance(whole, RunResult):
+            return whole
+        return [t["peak_mem_bytes"] for t in whole], _cpu_s(whole) + _cpu_s(outcome)
     depths["traced_depths"] = sorted({*depths["traced_depths"], *sampled})
-    depths["depth_miss"] = max(depths["depth_miss"], miss)
-    return {"peak_mem_bytes": peak, "cpu_s": _cpu_s(outcome)}
+    return peaks, _cpu_s(outcome)
 
 
 def _cpu_s(traces: list[dict]) -> float:
     return sum(t["cpu_s"] for t in traces)
 
 
-def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, depths: tuple[int, ...] = ()) -> dict | list | RunResult:
-    """One rank traced in a process of its own: its output (one per depth, given depths), or the failed result."""
+def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, counts=None, depths=None) -> list[dict] | RunResult:
+    """One rank traced in a process of its own at each micro-batch count and depth given (or as written): the
+    traces, or the failed result."""
     command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
-    command += ["--depths", ",".join(map(str, depths))] if depths else []
+    for option, values in (("--microbatches", counts), ("--depths", depths)):
+        command += [option, ",".join(map(str, values))] if values else []
     try:
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
         return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
     if done.returncode != 0:
         return RunResult("error", error=f"rank {rank}: {_last_error(done.stderr)}")
-    outputs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return outputs if depths else outputs[-1]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def _last_error(stderr: str) -> str:
@@ -153,7 +150,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     counts = {"ok": 0, "error": 0, "timeout": 0}
     with store.writing():
         done = store.done_ids()
-        todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done][:limit]
+        todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done]
+        # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space
+        todo = random.Random(spec.seed).sample(todo, len(todo))[:limit]
         (out_dir / f"{spec.name}.sweep.json").write_text(spec.model_dump_json(indent=2))
         with ThreadPoolExecutor(workers) as pool, tqdm(total=len(todo), desc=spec.name, unit="plan") as bar:
             futures = {pool.submit(trace_point, point, timeout_s): point for point in todo}

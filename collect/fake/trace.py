@@ -1,7 +1,8 @@
 """One rank of a plan traced under fake tensors: its peak memory at any size, on any world, in one process.
 
     python -m collect.fake.trace SPEC.json [--rank R]   -> {"peak_mem_bytes": ..., "cpu_s": ...}
-    python -m collect.fake.trace SPEC.json [--rank R] --depths 3,4,5   -> one line each, with segments' peaks
+    python -m collect.fake.trace SPEC.json [--rank R] [--microbatches 3,5] [--depths 3,4,5]
+        -> a line per micro-batch count and depth (with each segment's peak, given depths)
 
 The process joins a fake process group of the plan's world size as rank R (collectives hallucinate their results),
 builds the collector's own model (collect.measure.trainer.PlanTrainer) with every tensor fake, and runs the memory
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import sys
 import time
@@ -222,17 +224,34 @@ def main(argv=None) -> int:
     parser.add_argument("spec", help="a RunSpec as JSON: a file, or the JSON itself")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--microbatches", help="micro-batch counts, comma-separated: trace the plan at each")
     parser.add_argument("--depths", help="blocks per pipeline chunk, comma-separated: trace each (collect.fake.depth)")
     args = parser.parse_args(argv)
     text = args.spec if args.spec.lstrip().startswith("{") else open(args.spec).read()
     spec = RunSpec.model_validate_json(text)
-    if args.depths is None:
-        print(json.dumps(trace(spec, args.rank, args.device)))
+    counts, depths = (_ints(values) if values else [None] for values in (args.microbatches, args.depths))
     with fake_world(spec.cluster.world_size, args.rank):
-        for depth in [int(d) for d in args.depths.split(",")] if args.depths else []:
-            traced = trace(with_depth(spec, depth), args.rank, args.device, segments=True)
-            print(json.dumps({"depth": depth, **traced}), flush=True)
+        for count, depth in itertools.product(counts, depths):
+            traced_spec = with_microbatches(spec, count) if count else spec
+            traced_spec = with_depth(traced_spec, depth) if depth else traced_spec
+            traced = trace(traced_spec, args.rank, args.device, segments=depth is not None)
+            print(json.dumps({"microbatches": count, "depth": depth, **traced}), flush=True)
     return 0
+
+
+def _ints(values: str) -> list[int]:
+    return [int(v) for v in values.split(",")]
+
+
+def with_microbatches(spec: RunSpec, count: int) -> RunSpec:
+    """The plan at ``count`` micro-batches of the same size (the global batch follows)."""
+    samples = spec.plan.dp * spec.workload.micro_batch_size * count
+    return spec.model_copy(
+        update={
+            "plan": spec.plan.model_copy(update={"num_microbatches": count}),
+            "workload": spec.workload.model_copy(update={"global_batch_size": samples}),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -62,5 +62,13 @@ def test_peaks_extrapolated_over_microbatches_are_the_whole_traces(name):
     spec = tiny_spec(**MANY_MICROBATCHES[name])
     assert sampled_counts(spec) is not None
     result, extra = trace_point(spec, timeout_s=600)
-    whole = [_trace_rank(spec, rank, 600)["peak_mem_bytes"] for rank in extra["traced_ranks"]]
+    whole = [_trace_rank(spec, rank, 600)[0]["peak_mem_bytes"] for rank in extra["traced_ranks"]]
+    assert result.peak_mem_bytes_per_rank == pytest.approx(whole, rel=1e-6, abs=64)
+
+
+def test_a_deep_pipeline_of_many_microbatches_is_extrapolated_both_ways_to_its_whole_traces():
+    spec = tiny_spec(pp=2, num_microbatches=8, pp_schedule="1f1b", workload={"layers": 12})
+    result, extra = trace_point(spec, timeout_s=600)
+    assert extra["traced_depths"] == [3, 4, 5] and extra["traced_microbatches"] == [3, 5]
+    whole = [_trace_rank(spec, rank, 600)[0]["peak_mem_bytes"] for rank in extra["traced_ranks"]]
     assert result.peak_mem_bytes_per_rank == pytest.approx(whole, rel=1e-6, abs=64)
