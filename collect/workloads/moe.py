@@ -40,6 +40,23 @@ class GroupedExperts(nn.Module):
             nn.init.normal_(weight, std=0.02)
 
 
+class SharedExperts(nn.Module):
+    """The shared experts as one SwiGLU of their summed width (DeepSeek-V3's implementation), with 2-D weights as
+    torchtitan's: FSDP shards them by rows, where a stacked (1, d, ffn) weight it pads to the whole on every rank
+    (4,096 ranks of DeepSeek-V3 would each gather 4,096 copies of it, 336 GiB)."""
+
+    def __init__(self, hidden: int, ffn_hidden: int):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(hidden, ffn_hidden))
+        self.w2 = nn.Parameter(torch.empty(ffn_hidden, hidden))
+        self.w3 = nn.Parameter(torch.empty(hidden, ffn_hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (F.silu(x @ self.w1) * (x @ self.w3)) @ self.w2
+
+    init_weights = GroupedExperts.init_weights
+
+
 class MoE(nn.Module):
     def __init__(self, w: Workload):
         super().__init__()
@@ -48,7 +65,7 @@ class MoE(nn.Module):
         self.router = nn.Linear(w.hidden, w.experts, bias=False)
         self.experts = GroupedExperts(w.experts, w.hidden, w.expert_ffn_hidden)
         # the shared experts run as one SwiGLU of their summed width (DeepSeek-V3's implementation)
-        self.shared = GroupedExperts(1, w.hidden, w.shared_experts * w.expert_ffn_hidden) if w.shared_experts else None
+        self.shared = SharedExperts(w.hidden, w.shared_experts * w.expert_ffn_hidden) if w.shared_experts else None
         self.ep_group: dist.ProcessGroup | None = None
 
     def shard_experts(self, ep_mesh: DeviceMesh) -> None:
@@ -68,7 +85,7 @@ class MoE(nn.Module):
         out = self._run_experts(x[order // self.top_k], counts)[order.argsort()]
         y = (out.view(-1, self.top_k, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
         if self.shared is not None:
-            y = y + self.shared(x, [x.shape[0]])
+            y = y + self.shared(x)
         return y.view(shape)
 
     def _run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
