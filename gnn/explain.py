@@ -15,7 +15,6 @@ import io
 
 from collect.hardware.records import default_hardware_dir
 from collect.schema import RunSpec
-from gnn.costs.analytic import state_bytes
 from gnn.costs.hardware import hardware_model
 from gnn.graph.passes import PassCompiler, shared_compiler
 from gnn.render import draw_timeline
@@ -54,12 +53,12 @@ def explain(spec: RunSpec, hardware: str, hardware_dir=None) -> dict:
 
 def memory_by_rank(spec: RunSpec, compiler: PassCompiler, peaks: list[float]) -> list[dict]:
     """Per pipeline rank (holding stages rank, rank + pp, ...): bytes of each of PARTS at its simulated peak."""
-    w, plan, memory = spec.workload, spec.plan, compiler.memory
+    plan, memory = spec.plan, compiler.memory
     out = []
     for rank, peak in enumerate(peaks):
         part = dict.fromkeys(PARTS, 0.0)
         for stage in range(rank, plan.num_stages, plan.pp):
-            state = state_bytes(w, plan, memory.params(stage))
+            state = memory.state(stage)
             part["weights"] += state["param"] + state.get("quantised_weights", 0.0)
             part["optimizer"] += state["optimizer"]
             part["buffers"] += state["ddp_buckets"] + memory.fsdp_held_bytes(stage)

@@ -150,8 +150,8 @@ class Plan(Strict):
     internode kernels, Megatron's flex dispatcher)."""
     optimizer_state_dtype: OptimizerStateDType | None = None
     """AdamW's two moments: float32 or bfloat16 (torchtune's and Megatron's precision-aware optimizer keep them in
-    bf16, halving that state). Unset: priced as two fp32 moments (8 bytes a parameter), as every model so far was.
-    """
+    bf16, halving that state). Unset: as torch's AdamW keeps them, in the dtype of the parameters it steps (fp32
+    with plan.fp32_master_weights, else the workload's: pure bf16 training keeps bf16 moments)."""
 
     @model_validator(mode="before")
     @classmethod

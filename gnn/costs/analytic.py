@@ -16,13 +16,13 @@ of each sample's tokens).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from collect.schema import DTYPE_BYTES, Plan, Workload
 from gnn.costs.gpu import QUANTISED_BYTES
 from gnn.costs.layers import layer_shape
 
-ADAM_STATE_BYTES = 8  # two fp32 moments per parameter
 FP32_BYTES = 4  # an fp32 master weight or gradient
 
 
@@ -34,9 +34,12 @@ class BlockCosts:
     mlp_flops: float
     head_flops: float
     activation_bytes_per_layer: float  # stored for backward, without recompute
+    selective_bytes_per_layer: float  # stored under selective recompute
+    checkpoint_bytes: float  # stored under full recompute: the block's input (sharded under sequence parallelism)
     boundary_bytes: float  # one hidden-state tensor b*s*d (pipeline p2p, TP collective message)
     logits_bytes: float
     layer_params: float  # parameters of one layer on this tp rank
+    expert_params: float  # of those, the routed experts' on this ep rank
     embed_params: float
     head_params: float
     attn_share: float = 1 / 3  # attention's share of a layer's weights
@@ -69,12 +72,15 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         mlp_flops=tokens * shape.mlp_flops,
         head_flops=2 * tokens * d * v / t,
         activation_bytes_per_layer=act,
+        selective_bytes_per_layer=tokens * shape.selective_bytes * db / 2,
+        checkpoint_bytes=tokens * d * db / (t if plan.sequence_parallel else 1),
         boundary_bytes=tokens * d * db,
         # cross-entropy runs in fp32 on the vocabulary: the collector's TP head is ColwiseParallel with a
         # replicated output (collect/parallel/tp.py), so every rank holds all the logits, unless the plan keeps
         # them sharded (loss_parallel, as Megatron's vocab-parallel cross entropy does)
         logits_bytes=tokens * v * 4 / (t if plan.loss_parallel else 1),
         layer_params=shape.params,
+        expert_params=shape.expert_params,
         embed_params=(v * d) / t + (s * d if w.family == "gpt" else 0),
         head_params=(0 if tied_alone else (v * d) / t) + (2 * d if w.family == "gpt" else d),
         attn_share=shape.attn_share,
@@ -126,7 +132,7 @@ def grad_dtype_bytes(w: Workload, plan: Plan) -> int:
     return FP32_BYTES if plan.fp32_grads else dtype_bytes(w)
 
 
-def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
+def state_bytes(w: Workload, plan: Plan, params: float, expert_params: float = 0.0) -> dict[str, float]:
     """Resident parameter, gradient, optimizer and gradient-bucket bytes on one rank for ``params`` parameters.
 
     DDP (sharding none and zero1 with dp > 1) flattens gradients into its reducer's buckets, allocated when it
@@ -136,31 +142,70 @@ def state_bytes(w: Workload, plan: Plan, params: float) -> dict[str, float]:
     Nanotron's accumulator, which frees each bf16 .grad once added), whole under zero1 (both keep every gradient
     to accumulate micro-batches before the reduce-scatter). Under FSDP with fp32 master weights the fp32 shard is
     the parameter and the 2-byte copy exists only gathered (FSDP2's mixed precision), so no 2-byte shard is kept.
+    ``expert_params``: of ``params``, the routed experts' (held by this ep rank), which FSDP shards its own way
+    (fsdp_expert_share).
     """
     db = dtype_bytes(w)
     fsdp = plan.fsdp_enabled
-    shard = plan.data_ranks if fsdp else 1
-    opt_shard = plan.data_ranks if plan.sharding != "none" else 1
+    held = held_params(w, plan, params, expert_params)
+    opt_held = stepped_params(w, plan, params, expert_params)
     ddp = plan.data_ranks > 1 and not fsdp
     master = FP32_BYTES if plan.fp32_master_weights else 0
-    moments = ADAM_STATE_BYTES // 2 if plan.optimizer_state_dtype == "bfloat16" else ADAM_STATE_BYTES
+    moments = 2 * moment_bytes(w, plan)
     state = {
-        "param": 0.0 if fsdp and master else params * db / shard,
-        "grad": params * grad_dtype_bytes(w, plan) / shard,
-        "optimizer": params * (moments + master) / opt_shard,
+        "param": 0.0 if fsdp and master else held * db,
+        "grad": held * grad_dtype_bytes(w, plan),
+        "optimizer": opt_held * (moments + master),
         "ddp_buckets": params * db if ddp else 0.0,
     }
     if w.float8 != "none":  # low-precision GEMMs keep their weights quantised too, row- and column-wise
-        state["quantised_weights"] = params * 2 * QUANTISED_BYTES[w.float8] / shard  # (Transformer Engine's cache)
+        state["quantised_weights"] = held * 2 * QUANTISED_BYTES[w.float8]  # (Transformer Engine's cache)
     return state
 
 
+def held_params(w: Workload, plan: Plan, params: float, expert_params: float = 0.0) -> float:
+    """Of ``params`` (``expert_params`` of them routed experts), those a rank holds after FSDP's sharding."""
+    if not plan.fsdp_enabled or not expert_params:
+        return params / (plan.data_ranks if plan.fsdp_enabled else 1)
+    return (params - expert_params) / plan.data_ranks + expert_params * fsdp_expert_share(w, plan)
+
+
+def stepped_params(w: Workload, plan: Plan, params: float, expert_params: float = 0.0) -> float:
+    """Of ``params``, those a rank's optimizer steps: its FSDP shard, its ZeRO-1 share, or all of them."""
+    if plan.fsdp_enabled:
+        return held_params(w, plan, params, expert_params)
+    return params / (plan.data_ranks if plan.sharding != "none" else 1)
+
+
+def fsdp_expert_share(w: Workload, plan: Plan) -> float:
+    """The share of its ep rank's routed experts an FSDP rank holds. With expert parallelism they are sharded over
+    the data ranks that hold the same experts (dp / ep; torchtitan's dp_mod_ep), along their second dimension
+    where those ranks outnumber the experts; without it, with the rest of the block, each rank holding whole
+    experts, padded to as many as the first rank holds (FSDP2's dim-0 chunks: DeepSeek-V3's 256 experts over 4,096
+    ranks leave each rank one expert's room, 16 times its share)."""
+    local = w.experts // plan.ep
+    if plan.ep > 1:
+        group = max(plan.data_ranks // plan.ep, 1)
+        return 1 / group if local < group else math.ceil(local / group) / local
+    return math.ceil(local / plan.data_ranks) / local
+
+
+def moment_bytes(w: Workload, plan: Plan) -> int:
+    """Bytes of one of AdamW's two moments per parameter: as the plan says, else as torch's AdamW keeps them, in
+    its parameters' dtype (the fp32 master weights' where the plan keeps them, the weights' own where it does not:
+    pure bf16 training keeps bf16 moments)."""
+    if plan.optimizer_state_dtype is not None:
+        return 2 if plan.optimizer_state_dtype == "bfloat16" else FP32_BYTES
+    return FP32_BYTES if plan.fp32_master_weights else dtype_bytes(w)
+
+
 def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:
-    """Activation bytes one layer keeps for backward: all of them, the matmul outputs
-    (selective: the block input plus 4 hidden-sized tensors per tp shard), or the block input (full)."""
+    """Activation bytes one layer keeps for backward: all of them, the block's input and the matmuls' and
+    attention's outputs (selective: gnn.costs.layers), or the block's input (full), each rank its sequence shard of
+    it under sequence parallelism (torchtitan's and Megatron's TP plans alike)."""
     if plan.recompute == "none":
         return c.activation_bytes_per_layer
-    return c.boundary_bytes * (1 + 4 / plan.tp) if plan.recompute == "selective" else c.boundary_bytes
+    return c.selective_bytes_per_layer if plan.recompute == "selective" else c.checkpoint_bytes
 
 
 def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:
@@ -184,7 +229,7 @@ def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
     c = block_costs(w, plan)
     layers = sum(plan.stage_layers(w.layers, w.pipeline_costs)[:: plan.pp])  # the first pipeline rank's stages
     params = layers * c.layer_params + c.embed_params + (c.head_params if plan.pp == 1 else 0.0)
-    state = sum(state_bytes(w, plan, params).values())
+    state = sum(state_bytes(w, plan, params, layers * c.expert_params).values())
     activations = in_flight_microbatches(plan) * layers * saved_bytes_per_layer(c, plan)
     logits = 3 * c.logits_bytes if plan.pp == 1 else 0.0  # logits, their softmax and its gradient
     return state + activations + logits

@@ -10,8 +10,9 @@ Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalve
   expert_imbalance times the mean.
 Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
 tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores; plan.attention 'eager' adds
-them in gnn.costs.analytic): each norm's input and output (4d; sequence parallelism: _norm_bytes), q, k, v and
-the attention output (2(2q + 2kv); Nanotron keeps k and v twice: _packed_qkv_bytes); SwiGLU's input and its w1,
+them in gnn.costs.analytic): each norm's input and output (4d; sequence parallelism: _norm_bytes), the core's q,
+k and v (k and v repeated to every query head), its output and the output projection's copy of it (2(2q + 3 out);
+Nanotron keeps k and v twice: _packed_qkv_bytes); SwiGLU's input and its w1,
 silu, w3 and product outputs (4d + 8 ffn); a routed token also keeps its dispatched copy and its expert's output
 (4d).
 """
@@ -31,7 +32,9 @@ class LayerShape:
     attn_flops: float
     mlp_flops: float
     act_bytes: float  # the llama/moe activations; GPT's keep Korthikanti's formula (gnn.costs.analytic)
+    selective_bytes: float  # what selective recompute keeps: the block's input, every matmul's and attention's output
     params: float  # of one layer on this rank: tp splits matmuls, ep the routed experts
+    expert_params: float  # of those, the routed experts' (averaged over the layers, as params)
     attn_share: float  # attention's share of the layer's weights
     attn_gemm_share: float  # of the attention's FLOPs, the projections' (FP8 runs them; not the fused core)
     a2a_elements: float  # per token, one direction of expert parallelism's all-to-all (dispatch or combine)
@@ -44,7 +47,10 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         attn_flops = 2 * 4 * d * d / t + 4 * s * d / t
         gemm, ring = 8 * d * d / t / attn_flops, 2 * d / t  # ring: k and v
         params = w.layer_params(False) - 13 * d  # the biases and norms, replicated, are added back below
-        return LayerShape(attn_flops, 16 * d * d / t, 0.0, params / t + 13 * d, 1 / 3, gemm, 0.0, ring)
+        # q, k, v, the core's output and fc1's split by tp; the row-parallel outputs (wo's, fc2's) whole
+        selective = 2 * (_input(d, plan) + (3 * d + d + 4 * d) / t + 2 * d)
+        params = params / t + 13 * d
+        return LayerShape(attn_flops, 16 * d * d / t, 0.0, selective, params, 0.0, 1 / 3, gemm, 0.0, ring)
     a = w.attention
     attn_params = a.replicated_params + a.split_params / t  # MLA's down-projections are whole on every tp rank
     attn_flops = 2 * attn_params + a.core_flops(s, t, w.layers)
@@ -52,22 +58,34 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     dense = _mlp(d, w.dense_ffn, t)
     # a dense MLP's FLOPs, weights (with the two norms) and kept bytes; a MoE one's below; mixed by MoE's share of
     # the layers, the figures are averages over them
-    mlp = (2 * dense, dense + 2 * d, 8 * w.dense_ffn / t)
+    mlp = (2 * dense, dense + 2 * d, 8 * w.dense_ffn / t, 2 * (2 * w.dense_ffn / t + d))
     moe, a2a = w.moe_layers / w.layers, 0.0
     if moe:
         mlp = tuple((1 - moe) * x + moe * y for x, y in zip(mlp, _moe_mlp(w, plan)))
         # a rank dispatches the tokens its expert-tensor group holds: etp / tp of the micro-batch's per tp rank
         a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep * plan.expert_tp / t
-    mlp_flops, mlp_params, mlp_act = mlp
-    # q, k, v and the core's output; MLA also keeps its latents (the down-projections' outputs, normed), whole
-    kept = 2 * (a.q + a.k + a.v + a.out) / t + 4 * a.latent + _packed_qkv_bytes(a.q, a.k, t, plan)
+    mlp_flops, mlp_params, mlp_act, mlp_selective = mlp
+    # the fused core's inputs (q, and k and v repeated to every query head, as torchtitan's repeat_kv does: widths
+    # q and out), its output and the output projection's contiguous copy of it; MLA also keeps its latents (the
+    # down-projections' outputs, normed), whole
+    kept = 2 * (2 * a.q + 3 * a.out) / t + 4 * a.latent + _packed_qkv_bytes(a.q, a.k, t, plan)
     act = _norm_bytes(d, plan) + kept + mlp_act
+    # selective: the projections' outputs (the latents whole), the core's output, the output projection's whole
+    selective = 2 * (_input(d, plan) + a.latent + (a.q + a.k + a.v + a.out) / t + d) + mlp_selective
     params = attn_params + mlp_params
-    return LayerShape(attn_flops, mlp_flops, act, params, attn_params / params, gemm, a2a, ring)
+    experts = moe * w.experts / plan.ep * 3 * d * w.expert_ffn_hidden / plan.expert_tp if moe else 0.0
+    return LayerShape(attn_flops, mlp_flops, act, selective, params, experts, attn_params / params, gemm, a2a, ring)
 
 
-def _moe_mlp(w: Workload, plan: Plan) -> tuple[float, float, float]:
-    """A MoE MLP's (FLOPs, weights, kept bytes) per micro-batch token on a tp rank. Experts are split over etp
+def _input(d: int, plan: Plan) -> float:
+    """The block's input, which a checkpoint keeps: sharded over tp under sequence parallelism."""
+    return d / plan.tp if plan.sequence_parallel else d
+
+
+def _moe_mlp(w: Workload, plan: Plan) -> tuple[float, float, float, float]:
+    """A MoE MLP's (FLOPs, weights, kept bytes, bytes selective recompute keeps) per micro-batch token on a tp rank:
+    selective keeps the router's scores, each expert's matmul outputs (and the shared experts'), and the
+    all-to-all's dispatched and combined tokens. Experts are split over etp
     ranks (plan.expert_tp); whatever etp, a tp rank's share of the expert work is 1/tp of its micro-batch's (etp <
     tp: fewer tokens each through whole experts). The shared experts are split like the dense MLP."""
     d, t, et, ffn = w.hidden, plan.tp, plan.expert_tp, w.expert_ffn_hidden
@@ -80,16 +98,19 @@ def _moe_mlp(w: Workload, plan: Plan) -> tuple[float, float, float]:
         # a routed token keeps its dispatched copy and its expert's output (4d, on the etp ranks that hold it)
         # and the expert's SwiGLU activations (8 ffn, split over etp)
         w.top_k * (4 * d * et + 8 * ffn) / t + w.shared_experts * 8 * ffn / t,
+        2 * (w.experts + w.top_k * (2 * ffn / et + d) * et / t + (2 * w.top_k * d * et / t if plan.ep > 1 else 0))
+        + (2 * (2 * w.shared_experts * ffn / t + d) if w.shared_experts else 0.0),
     )
 
 
 def _norm_bytes(d: int, plan: Plan) -> float:
-    """The two norms' inputs and outputs (8d). Sequence parallelism shards them over tp; torch's DTensor then saves
-    each norm's gathered output whole as the next linear's input (4d: with tp 2 the same 8d as without it), which
-    Megatron and Nanotron gather again in backward (plan.sequence_parallel_regather)."""
+    """The two norms' inputs and outputs (8d; the output is what the next linear saves). Sequence parallelism
+    shards the inputs over tp, and torch's DTensor saves each norm's output gathered whole as the next linear's
+    input (4d / tp + 4d), where Megatron and Nanotron keep the output's shard and gather it again in backward
+    (plan.sequence_parallel_regather: 8d / tp)."""
     if not plan.sequence_parallel:
         return 8 * d
-    return 8 * d / plan.tp + (0 if plan.sequence_parallel_regather else 4 * d)
+    return 4 * d / plan.tp + (4 * d / plan.tp if plan.sequence_parallel_regather else 4 * d)
 
 
 def _packed_qkv_bytes(q: float, kv: float, t: int, plan: Plan) -> float:

@@ -8,7 +8,7 @@ allocate, keep and free them; the simulator replays them for the peak.
 from __future__ import annotations
 
 from collect.schema import Plan, Workload
-from gnn.costs.analytic import BlockCosts, dtype_bytes, stage_params, state_bytes
+from gnn.costs.analytic import BlockCosts, dtype_bytes, stage_params, state_bytes, stepped_params
 
 
 class StageMemory:
@@ -25,7 +25,7 @@ class StageMemory:
 
     def grad_bytes(self, stage: int) -> float:
         """The gradients a stage's first backward allocates: unsharded while pipelining defers FSDP's sync."""
-        grads = state_bytes(self.w, self.plan, self.params(stage))["grad"]
+        grads = self.state(stage)["grad"]
         return grads * self.plan.data_ranks if self.pipelined_fsdp() else grads
 
     def grads_written_at_gather(self, stage: int) -> float:
@@ -42,12 +42,22 @@ class StageMemory:
         plan = self.plan
         return [
             sum(
-                sum(v for k, v in state_bytes(self.w, plan, self.params(s)).items() if k != "grad")
-                + self.fsdp_held_bytes(s)
+                sum(v for k, v in self.state(s).items() if k != "grad") + self.fsdp_held_bytes(s)
                 for s in range(rank, plan.num_stages, plan.pp)
             )
             for rank in range(plan.pp)
         ]
+
+    def state(self, stage: int) -> dict[str, float]:
+        """The stage's resident state by kind (gnn.costs.analytic.state_bytes)."""
+        return state_bytes(self.w, self.plan, self.params(stage), self.expert_params(stage))
+
+    def stepped_params(self, stage: int) -> float:
+        """The stage's parameters this rank's optimizer steps (gnn.costs.analytic.stepped_params)."""
+        return stepped_params(self.w, self.plan, self.params(stage), self.expert_params(stage))
+
+    def expert_params(self, stage: int) -> float:
+        return self.stage_layers[stage] * self.c.expert_params
 
     def params(self, stage: int) -> float:
         return stage_params(self.w, self.plan, self.c, stage, self.stage_layers[stage])

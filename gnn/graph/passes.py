@@ -45,6 +45,7 @@ class PassCompiler:
         """``shared``: templates shared with the batch's other compilers, by what their rows read (template, step)."""
         self.w, self.plan, self.hw = w, plan, hw
         self.gloo = cluster.backend == "gloo"
+        self.cuda = cluster.device == "cuda"
         self.c: BlockCosts = block_costs(w, plan)
         self.num_stages = plan.num_stages  # a computed property of the plan: read once, it is read per pass
         self.stage_layers = plan.stage_layers(w.layers, w.pipeline_costs)
@@ -231,7 +232,9 @@ class PassCompiler:
         key += (self.dp_cross, plan.grad_reduce_overlap, plan.param_gather_overlap, windows)
         found = self._shared_steps.get(key)
         if found is None:
-            found = self._shared_steps[key] = compile_step(self.memory, self.pricing, self.dp_cross, stages, windows)
+            found = self._shared_steps[key] = compile_step(
+                self.memory, self.pricing, self.dp_cross, stages, windows, foreach=self.cuda
+            )
         return found
 
     def static_bytes(self) -> list[float]:

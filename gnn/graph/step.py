@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param
+from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param, moment_bytes
 from gnn.costs.pricing import Pricing
 from gnn.graph.memory import StageMemory
 from gnn.graph.table import COL
@@ -27,11 +27,17 @@ OVERLAP_BUCKET_BYTES = 125 * 2**20
 
 
 def compile_step(
-    memory: StageMemory, pricing: Pricing, dp_cross: bool, stages: tuple[int, ...], windows: tuple[float, float]
+    memory: StageMemory,
+    pricing: Pricing,
+    dp_cross: bool,
+    stages: tuple[int, ...],
+    windows: tuple[float, float],
+    foreach: bool = False,
 ) -> PassTemplate:
     """The rows of a rank's end of iteration on the stages it holds (gnn.graph.passes.PassCompiler.step says what
     they depend on). ``dp_cross``: the data-parallel group spans nodes. ``windows``: seconds of compute in one
-    micro-batch's backward and forward of those stages, what an overlapped collective can hide under."""
+    micro-batch's backward and forward of those stages, what an overlapped collective can hide under. ``foreach``:
+    AdamW runs torch's foreach kernels (its default on CUDA), not a loop over the parameters (on a CPU)."""
     plan, w = memory.plan, memory.w
     rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
@@ -61,14 +67,20 @@ def compile_step(
     shard = plan.data_ranks if plan.sharding != "none" else 1
     # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On
     # CPU it updates one tensor at a time (no foreach kernels), with two temporaries the size of that tensor:
-    # the largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight).
+    # the largest tensor sets the peak (measured: 2.1 MB over the states for a 1.05 MB MLP weight). Its foreach
+    # kernels (CUDA's default) take the square root of every second moment at once: one more moment of every
+    # parameter stepped (collect.fake.kernels; the H100 rows of data/memory).
+    if foreach:
+        temporaries = sum(memory.stepped_params(s) for s in stages) * moment_bytes(w, plan)
+    else:
+        temporaries = 2 * largest_param(w, plan, stages) * dtype_bytes(w)
     last = step = rows.add(
         last,
         "optimizer",
         "step",
         stages[0],
         flops=10 * params / shard,
-        transient_bytes=2 * largest_param(w, plan, stages) * dtype_bytes(w),
+        transient_bytes=temporaries,
         seconds=pricing.optimizer_seconds(stages, params / shard),
     )
     if plan.sharding == "zero1" and plan.data_ranks > 1:

@@ -1,0 +1,73 @@
+"""The simulator's memory at full size, term by term, by hand: what a checkpoint keeps under sequence parallelism,
+what selective recompute keeps, how FSDP shards routed experts with and without expert parallelism, and AdamW's
+moments in its parameters' dtype. Each figure is what the fake traces of the collector's own code read
+(collect.fake; experiments/results/simulator_vs_fake.json)."""
+
+import pytest
+
+from collect.schema import Plan, Workload
+from gnn.costs.analytic import block_costs, fsdp_expert_share, saved_bytes_per_layer, state_bytes
+
+LLAMA_70B = dict(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256)
+LLAMA_8B = dict(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
+MIXTRAL = dict(family="moe", layers=32, hidden=4096, heads=32, kv_heads=8, vocab=32000, experts=8, top_k=2,
+               expert_ffn_hidden=14336)  # fmt: skip
+DEEPSEEK_V3_MOE = dict(MIXTRAL, experts=256, top_k=8, expert_ffn_hidden=2048, hidden=7168, heads=128)
+
+
+def _workload(shape: dict, seq_len: int = 8192, mbs: int = 1) -> Workload:
+    return Workload(**shape, seq_len=seq_len, micro_batch_size=mbs, global_batch_size=mbs, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_full_recompute_keeps_the_block_input_each_rank_its_sequence_shard(tp):
+    w = _workload(LLAMA_70B)
+    whole = 8192 * 8192 * 2  # one block's input, bf16: 128 MiB
+    for sp, kept in ((False, whole), (True, whole / tp)):
+        plan = Plan(tp=tp, sequence_parallel=sp and tp > 1, recompute="full")
+        assert saved_bytes_per_layer(block_costs(w, plan), plan) == (kept if tp > 1 else whole)
+
+
+def test_selective_recompute_keeps_the_input_and_every_matmul_and_attention_output_by_hand():
+    """Llama 3.1 8B at tp 2 with sequence parallelism, per token: the input's shard d/2, q, k, v and the core's
+    output split (4096 + 1024 + 1024 + 4096) / 2, the output projection's and w2's outputs whole (partial sums
+    before the reduce-scatter) 2d, w1's and w3's split 2 x 14336 / 2; bf16. The fake trace reads 466.5 MiB a layer
+    at sequence 8,192, of which 2 MiB are the rotary tables' bf16 copies."""
+    w, plan = _workload(LLAMA_8B), Plan(tp=2, sequence_parallel=True, recompute="selective")
+    per_token = 4096 / 2 + (4096 + 1024 + 1024 + 4096) / 2 + 2 * 4096 + 2 * 14336 / 2
+    assert saved_bytes_per_layer(block_costs(w, plan), plan) == 8192 * per_token * 2 == 464 * 2**20
+
+
+def test_no_recompute_keeps_k_and_v_repeated_to_every_query_head_and_the_output_twice():
+    """The fused core's inputs after repeat_kv, its output and the output projection's contiguous copy: at tp 1
+    1472 MiB a layer of Llama 3.1 8B at sequence 8,192 (the fake trace: 1475, the rotary tables' copies aside)."""
+    w, plan = _workload(LLAMA_8B), Plan()
+    assert block_costs(w, plan).activation_bytes_per_layer == 1472 * 2**20
+
+
+def test_experts_under_fsdp_with_expert_parallelism_are_divided_once():
+    """Mixtral 8x7B, ep 8 under FSDP on 16 ranks: the experts of an ep rank are sharded over the 2 data ranks that
+    hold the same ones, so every rank holds a 16th of all of them (the issue's 0.8 GiB of weights were a 128th)."""
+    w = _workload(MIXTRAL, seq_len=4096)
+    plan = Plan(dp=16, ep=8, sharding="fsdp_full", recompute="full")
+    c = block_costs(w, plan)
+    assert c.expert_params == 8 / 8 * 3 * 4096 * 14336
+    state = state_bytes(w, plan, w.layers * c.layer_params, w.layers * c.expert_params)
+    per_rank = w.layers * (8 * 3 * 4096 * 14336 / 16 + (c.layer_params - c.expert_params) / 16)
+    assert state["param"] == pytest.approx(per_rank * 2)
+
+
+def test_without_expert_parallelism_fsdp_pads_each_rank_to_whole_experts():
+    """Routed experts sharded with the rest of a block along their first dimension: over more ranks than experts
+    each rank holds room for one whole expert (torch.chunk's padding), not its even share."""
+    w = _workload(DEEPSEEK_V3_MOE, seq_len=4096)
+    assert fsdp_expert_share(w, Plan(dp=4096, sharding="fsdp_full")) == 1 / 256
+    assert fsdp_expert_share(w, Plan(dp=64, sharding="fsdp_full")) == 4 / 256
+    assert fsdp_expert_share(w, Plan(dp=4096, ep=32, sharding="fsdp_full")) == 1 / 128  # along the second dimension
+
+
+def test_adamw_keeps_its_moments_in_the_dtype_of_what_it_steps():
+    w, n = _workload(LLAMA_8B), 1000.0
+    assert state_bytes(w, Plan(), n)["optimizer"] == 2 * 2 * n  # pure bf16: bf16 moments
+    assert state_bytes(w, Plan(fp32_master_weights=True, fp32_grads=True), n)["optimizer"] == (4 + 8) * n
+    assert state_bytes(w, Plan(optimizer_state_dtype="float32"), n)["optimizer"] == 8 * n
