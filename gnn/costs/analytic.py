@@ -2,13 +2,12 @@
 
 Formulas from the transformer characterisation (../shared/seeds/001): per
 layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
-(the b(72sd^2 + 12s^2d) per training step, over three passes); activation bytes
-34 b s d per layer at 2-byte precision, scaled by the dtype: Korthikanti et al.'s b(34 s d + 5 a s^2) without
-the attention scores, which fused attention never keeps (the collector's scaled_dot_product_attention runs the
-flash kernel on CPU, flash or memory-efficient ones on GPUs, as Megatron's and torchtitan's attention does;
-Megatron's theoretical memory report counts 34 s b h too). With the score term, GPT activations at s = 2048
-were charged 3x what they hold; on the 1,933 CPU GPT rows (s = 32) dropping it moved the simulator's memory
-MAPE from 4.1% to 3.9%. Tensor parallelism divides the matmul FLOPs and most activation
+(the b(72sd^2 + 12s^2d) per training step, over three passes). Activation bytes are the tensors the collector's
+blocks save for backward (gnn.costs.layers, checked against fake-tensor traces of its code at full size), attention
+fused: no s^2 scores (the collector's scaled_dot_product_attention runs the flash kernel on CPU, flash or
+memory-efficient ones on GPUs, as Megatron's and torchtitan's attention does); Korthikanti et al.'s 34 s b h for
+GPT counts dropout's masks and inputs, which the collector's GPT has none of (it kept 16 s b h at tp 1, where 34
+was charged). Tensor parallelism divides the matmul FLOPs and most activation
 bytes by tp (not the logits: the head's output is gathered); full recompute
 keeps only each block's input. Context parallelism splits every per-token figure by cp (a rank holds s / cp
 of each sample's tokens).
@@ -57,13 +56,7 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
     t, db = plan.tp, dtype_bytes(w)
     tokens = b * s / plan.cp
     shape = layer_shape(w, plan)
-    if w.family == "gpt":
-        act = tokens * d * 34 * db / 2  # Korthikanti's bytes at 2-byte precision, no scores, scaled
-        if t > 1:  # norms and dropout inputs stay replicated unless sequence parallel
-            sharded = tokens * d * 24 * db / 2
-            act = (act - sharded) / (t if plan.sequence_parallel else 1) + sharded / t
-    else:
-        act = tokens * shape.act_bytes * db / 2
+    act = tokens * shape.act_bytes * db / 2
     if plan.attention == "eager":  # the softmax's output, which both matmuls' backward read: s scores per query
         act += tokens * s * w.heads / t * db  # and head (Korthikanti et al. 2022's 2as^2b, attention dropout aside)
     tied_alone = w.tied_embeddings and plan.num_stages == 1  # one matrix serves both ends

@@ -8,7 +8,8 @@ Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalve
 - MLP: GPT 2 x d x 4d twice; SwiGLU 3 matrices of d x ffn; MoE the router (2 d experts), top_k routed experts
   and the shared ones, each a SwiGLU of expert_ffn_hidden; under expert parallelism the busiest rank computes
   expert_imbalance times the mean.
-Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for llama and moe are the
+Kept activations (bytes per token at 2-byte precision, before the dtype's scaling) for GPT are its norms' (as
+below), q, k, v and the core's output, and fc1's and GELU's outputs (8d + 2(4d + 8d) / tp). For llama and moe the
 tensors torchtitan's blocks save for backward, attention fused (flash, no s^2 scores; plan.attention 'eager' adds
 them in gnn.costs.analytic): each norm's input and output (4d; sequence parallelism: _norm_bytes), the core's q,
 k and v (k and v repeated to every query head), its output and the output projection's copy of it (2(2q + 3 out);
@@ -31,7 +32,7 @@ class LayerShape:
 
     attn_flops: float
     mlp_flops: float
-    act_bytes: float  # the llama/moe activations; GPT's keep Korthikanti's formula (gnn.costs.analytic)
+    act_bytes: float  # what a layer keeps for backward without recompute
     selective_bytes: float  # what selective recompute keeps: the block's input, every matmul's and attention's output
     params: float  # of one layer on this rank: tp splits matmuls, ep the routed experts
     expert_params: float  # of those, the routed experts' (averaged over the layers, as params)
@@ -49,8 +50,10 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         params = w.layer_params(False) - 13 * d  # the biases and norms, replicated, are added back below
         # q, k, v, the core's output and fc1's split by tp; the row-parallel outputs (wo's, fc2's) whole
         selective = 2 * (_input(d, plan) + (3 * d + d + 4 * d) / t + 2 * d)
+        # the norms (as llama's), the core's q, k, v and output, fc1's output and GELU's
+        act = _norm_bytes(d, plan) + 2 * 4 * d / t + 2 * 8 * d / t
         params = params / t + 13 * d
-        return LayerShape(attn_flops, 16 * d * d / t, 0.0, selective, params, 0.0, 1 / 3, gemm, 0.0, ring)
+        return LayerShape(attn_flops, 16 * d * d / t, act, selective, params, 0.0, 1 / 3, gemm, 0.0, ring)
     a = w.attention
     attn_params = a.replicated_params + a.split_params / t  # MLA's down-projections are whole on every tp rank
     attn_flops = 2 * attn_params + a.core_flops(s, t, w.layers)
