@@ -24,7 +24,7 @@ from gnn.costs.hardware import hardware_model
 from gnn.dataset.rows import row_to_spec
 from gnn.sim.truncate import simulate_plan
 
-GROUPS = ["family", "sharding", "recompute", "sequence_parallel", "pipelined"]
+GROUPS = ["family", "model", "sharding", "recompute", "sequence_parallel", "pipelined"]
 
 
 def fake_rows(folder: Path) -> pd.DataFrame:
@@ -47,7 +47,8 @@ def simulated(rows: pd.DataFrame, hardware: str) -> pd.Series:
 
 
 def summarise(rows: pd.DataFrame, error: pd.Series) -> dict:
-    frame = rows.assign(error=error, pipelined=rows["pp"] > 1)
+    model = rows["family"] + " " + rows["layers"].astype(str) + "x" + rows["hidden"].astype(str)
+    frame = rows.assign(error=error, pipelined=rows["pp"] > 1, model=model)
     report = {"plans": int(len(frame)), **_stats(frame["error"])}
     for group in GROUPS:
         report[f"by_{group}"] = {str(k): _stats(g["error"]) for k, g in frame.groupby(group)}
