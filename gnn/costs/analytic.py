@@ -192,6 +192,13 @@ def moment_bytes(w: Workload, plan: Plan) -> int:
     return FP32_BYTES if plan.fp32_master_weights else dtype_bytes(w)
 
 
+def gathered_expert_room(w: Workload, plan: Plan) -> float:
+    """FSDP's all-gather of an ep rank's routed experts over their shard group, as a multiple of their bytes: every
+    rank's shard padded to the first's (1 where the shards are even)."""
+    group = plan.data_ranks // plan.ep if plan.ep > 1 else plan.data_ranks
+    return fsdp_expert_share(w, plan) * max(group, 1)
+
+
 def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:
     """Activation bytes one layer keeps for backward: all of them, the block's input and the matmuls' and
     attention's outputs (selective: gnn.costs.layers), or the block's input (full), each rank its sequence shard of

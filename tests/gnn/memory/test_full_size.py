@@ -6,7 +6,7 @@ moments in its parameters' dtype. Each figure is what the fake traces of the col
 import pytest
 
 from collect.schema import Plan, Workload
-from gnn.costs.analytic import block_costs, fsdp_expert_share, saved_bytes_per_layer, state_bytes
+from gnn.costs.analytic import block_costs, fsdp_expert_share, gathered_expert_room, saved_bytes_per_layer, state_bytes
 
 LLAMA_70B = dict(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256)
 LLAMA_8B = dict(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
@@ -64,6 +64,16 @@ def test_without_expert_parallelism_fsdp_pads_each_rank_to_whole_experts():
     assert fsdp_expert_share(w, Plan(dp=4096, sharding="fsdp_full")) == 1 / 256
     assert fsdp_expert_share(w, Plan(dp=64, sharding="fsdp_full")) == 4 / 256
     assert fsdp_expert_share(w, Plan(dp=4096, ep=32, sharding="fsdp_full")) == 1 / 128  # along the second dimension
+
+
+def test_fsdp_gathers_padded_experts_with_every_ranks_padding():
+    """Qwen3-235B's 128 experts over 16,384 ranks without ep: each rank's shard is padded to a whole expert, and an
+    all-gather collects all 16,384 shards: 128 times the experts' bytes (the fake trace: 55,407 GiB a rank under
+    fsdp_grad_op, the simulator 54,828). With ep they are sharded evenly along their second dimension."""
+    w = _workload(dict(DEEPSEEK_V3_MOE, experts=128), seq_len=4096)
+    assert gathered_expert_room(w, Plan(dp=16384, sharding="fsdp_grad_op")) == 128
+    assert gathered_expert_room(w, Plan(dp=128, sharding="fsdp_full")) == 1
+    assert gathered_expert_room(w, Plan(dp=16384, ep=32, sharding="fsdp_full")) == 1
 
 
 def test_adamw_keeps_its_moments_in_the_dtype_of_what_it_steps():
