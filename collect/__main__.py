@@ -5,6 +5,7 @@
     python -m gnn.acquire collect/sweeps/active-cpu.yaml  # sampler: active (a surrogate chooses the plans)
     python -m collect fingerprint [--world-sizes 1 2 4]   # this machine's fingerprint alone
     python -m collect probe [--k 3] [--model URI]         # fingerprint + K probe plans: collect.probe
+    python -m collect kernels --out data/hardware/kernels/NAME.json  # this device's kernel table
     python -m collect workload --hf-config config.json --seq-len 4096 --micro-batch-size 1 --global-batch-size 256
 
 SPEC.json is {"workload": {...}, "plan": {...}, "cluster": {...}} with the
@@ -30,6 +31,7 @@ from pydantic import ValidationError
 
 from collect.hardware.take import MAX_MESSAGE_BYTES, take_fingerprint
 from collect.inputs import InputError, load_model, local_problems, read_json, run_reporting_errors, validation_lines
+from collect.kernels import __main__ as kernels
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.launch.run import SweepRunner
@@ -180,6 +182,9 @@ def main(argv=None) -> None:
     f.add_argument("--max-bytes", type=int, default=None, help="largest collective message (default 64 MiB)")
     f.add_argument("--hardware", default="data/hardware")
     f.set_defaults(fn=cmd_fingerprint)
+    k = sub.add_parser("kernels", help="time the operators of the plans people run on this device: a kernel table")
+    kernels.add_arguments(k)
+    k.set_defaults(fn=kernels.run_from_args)
     w = sub.add_parser("workload", help="print the Workload JSON of a Hugging Face config.json")
     covered = "Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE, DeepSeek-V3, Kimi-K2, GPT-OSS"
     w.add_argument("--hf-config", required=True, help=f"a config.json ({covered})")

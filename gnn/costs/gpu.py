@@ -17,13 +17,21 @@ rank (m tokens; cp shares the sequence):
 - a gap per kernel launched (ASSUMED_KERNEL_GAP_S).
 The backward runs each GEMM twice (input and weight gradients) and the element-wise work about twice: the node's
 FLOPs (2x the forward's) carry it at the forward's seconds per FLOP.
+
+Where the preset names a kernel table (``kernels.table``, measured on its GPU by collect.kernels), each GEMM,
+the flash attention core, the element-wise work and the optimizer step take the table's time instead, forward and
+backward as measured (collect.kernels.table); what the table lacks keeps the model above, named in
+``fallbacks``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from collect.kernels.table import ELEMENTWISE_OPS, KernelTable, load_table
 from collect.schema import Plan, Workload
 
 TILE = 128  # output tile edge of cuBLAS/CUTLASS's bf16 kernels (Matrix Multiplication Background User's Guide)
@@ -41,23 +49,51 @@ OPTIMIZER_BYTES_PER_PARAM = 30
 QUANTISED_BYTES = {"tensorwise": 1.0, "rowwise": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 
 
+class Rate(NamedTuple):
+    """A GEMM's datasheet FLOP/s and its format's name in a kernel table (bfloat16, float8_tensorwise, ...)."""
+
+    flops_per_s: float
+    format: str
+
+
 @dataclass(frozen=True)
 class GpuKernels:
-    """A preset's ``kernels`` record: SM count (datasheet) and the efficiencies its sources give."""
+    """A preset's ``kernels`` record: SM count (datasheet) and the efficiencies its sources give, and the kernel
+    table it names. ``phase``: what the methods price, a forward or its backward (for_phase)."""
 
     sms: int
     gemm_efficiency: float
     attention_efficiency: float
     memory_bandwidth: float
+    table: KernelTable | None = None
+    phase: str = "forward"
+    fallbacks: set = field(default_factory=set, compare=False)  # what the table lacked, priced by the datasheet
 
     @classmethod
     def of(cls, record: dict, memory_bandwidth: float) -> GpuKernels | None:
         k = record.get("kernels")
         if not k:
             return None
-        return cls(int(k["sms"]), float(k["gemm_efficiency"]), float(k["attention_efficiency"]), memory_bandwidth)
+        table = load_table(k["table"]) if k.get("table") else None
+        sms, gemm, attention = int(k["sms"]), float(k["gemm_efficiency"]), float(k["attention_efficiency"])
+        return cls(sms, gemm, attention, memory_bandwidth, table)
 
-    def gemm_seconds(self, m: float, k: float, n: float, rate: float, db: float) -> float:
+    def for_phase(self, phase: str) -> GpuKernels:
+        return dataclasses.replace(self, phase=phase)
+
+    @property
+    def datasheet_times(self) -> float:
+        """The datasheet model's backward: twice its forward."""
+        return 2.0 if self.phase == "backward" else 1.0
+
+    def gemm_seconds(self, m: float, k: float, n: float, rate: Rate, db: float) -> float:
+        if self.table is not None and db == 2 and rate.format in self.table.gemm:
+            return self.table.gemm_seconds(rate.format, m, k, n, self.phase == "backward")
+        if self.table is not None:
+            self.fallbacks.add(f"gemm {rate.format} at {db} bytes")
+        return self.datasheet_times * self._datasheet_gemm(m, k, n, rate.flops_per_s, db)
+
+    def _datasheet_gemm(self, m: float, k: float, n: float, rate: float, db: float) -> float:
         m, k, n = max(m, 1.0), max(k, 1.0), max(n, 1.0)
         tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
         tile_use = m * n / (tiles * TILE * TILE)
@@ -68,28 +104,49 @@ class GpuKernels:
         memory = db * (m * k + k * n + m * n) / self.memory_bandwidth
         return max(compute, memory) + ASSUMED_KERNEL_GAP_S
 
-    def attention_seconds(self, flops: float, rate: float) -> float:
-        return 0.5 * flops / (rate * self.attention_efficiency) + ASSUMED_KERNEL_GAP_S
+    def attention_seconds(self, flops: float, rate: Rate, shape: tuple[float, float, float] | None) -> float:
+        """The causal flash core of ``flops`` (unhalved); ``shape``: (sequence, heads, head dim) of one kernel
+        call on a rank, None where the table cannot stand for it (MLA's head dims differ)."""
+        if self.table is not None and self.table.attention is not None and shape and rate.format == "bfloat16":
+            return self.table.attention_seconds(0.5 * flops, *shape, self.phase == "backward")
+        if self.table is not None:
+            self.fallbacks.add("attention" if shape else "attention with uneven head dims (MLA)")
+        return self.datasheet_times * (
+            0.5 * flops / (rate.flops_per_s * self.attention_efficiency) + ASSUMED_KERNEL_GAP_S
+        )
 
-    def bytes_seconds(self, nbytes: float, kernels: int) -> float:
-        return nbytes / self.memory_bandwidth + kernels * ASSUMED_KERNEL_GAP_S
+    def elementwise_seconds(self, op: str, elements: float, nbytes: float, kernels: int) -> float:
+        """Element-wise work of kind ``op`` (ELEMENTWISE_OPS) over ``elements``: the table's op there, else
+        ``nbytes`` moved at the datasheet bandwidth in ``kernels`` launches."""
+        found = ELEMENTWISE_OPS[op]
+        if self.table is not None and found in self.table.elementwise:
+            return self.table.elementwise_seconds(found, elements, self.phase == "backward")
+        if self.table is not None:
+            self.fallbacks.add(f"element-wise {found}")
+        return self.datasheet_times * (nbytes / self.memory_bandwidth + kernels * ASSUMED_KERNEL_GAP_S)
 
     def optimizer_seconds(self, params: float) -> float:
+        if self.table is not None and self.table.optimizer is not None:
+            return self.table.optimizer_seconds(params)
         return params * OPTIMIZER_BYTES_PER_PARAM / self.memory_bandwidth
 
 
-def forward_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rates: tuple[float, float], db: int) -> float:
+def forward_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rates: tuple[Rate, Rate], db: int) -> float:
     """One forward of ``kind`` (attn, mlp, head, embed) for one micro-batch on one tp rank. ``rates``: FLOP/s of
     the block's linears (FP8 under float8 training) and of the rest."""
     m, d, t = w.micro_batch_size * w.seq_len / plan.cp, w.hidden, plan.tp
     other = rates[1]
     replicated = m / (t if plan.sequence_parallel else 1)
     if kind == "embed":
-        return g.bytes_seconds(2 * m * d * db, KERNELS["embed"])
+        return g.elementwise_seconds("copy", m * d, 2 * m * d * db, KERNELS["embed"])
     if kind == "head":
         logits = m * w.vocab / t  # fp32 logits written, read by the log-softmax, its output read by the loss
         final_norm = 2 * replicated * d * db
-        return g.gemm_seconds(m, d, w.vocab / t, other, db) + g.bytes_seconds(3 * 4 * logits + final_norm, 3)
+        return (
+            g.gemm_seconds(m, d, w.vocab / t, other, db)
+            + g.elementwise_seconds("cross_entropy", logits, 3 * 4 * logits, 2)
+            + g.elementwise_seconds("norm", replicated * d, final_norm, 1)
+        )
     seconds = _block_seconds(g, w, plan, kind, m, rates, db)
     return seconds + (_quantise_seconds(g, w, plan, kind, m, db) if w.float8 != "none" else 0.0)
 
@@ -98,18 +155,21 @@ def _block_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, 
     """An attention or MLP block's forward."""
     d, t, (linear, other) = w.hidden, plan.tp, rates
     replicated = m / (t if plan.sequence_parallel else 1)  # tokens a tp rank normalises and adds
-    norm_add = 5 * replicated * d * db  # the norm reads and writes d, the residual add reads 2d and writes d
+    # the norm reads and writes d, the residual add reads 2d and writes d
+    norm_add = g.elementwise_seconds("norm", replicated * d, 2 * replicated * d * db, 1)
+    norm_add += g.elementwise_seconds("add", replicated * d, 3 * replicated * d * db, 1)
     if kind == "attn":
         q, k = w.attention.q / t, w.attention.k / t
         return (
             _projection_seconds(g, w, plan, m, linear, db)
             + _core_seconds(g, w, plan, m, other, db)
-            + g.bytes_seconds(norm_add + 4 * m * (q + k) * db, KERNELS["attn"] - 3)  # rotary on q and k
+            + norm_add
+            + g.elementwise_seconds("rotary", m * (q + k), 4 * m * (q + k) * db, KERNELS["attn"] - 5)
         )
-    return _mlp_seconds(g, w, plan, m, linear, db) + g.bytes_seconds(norm_add, 2)
+    return _mlp_seconds(g, w, plan, m, linear, db) + norm_add
 
 
-def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
+def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, db: int) -> float:
     """The attention's projections: q, k and v in one GEMM and the output's (grouped-query attention), or MLA's
     down-projections (whole on every tp rank), their latents' norms and the up-projections (split by heads)."""
     d, t, a = w.hidden, plan.tp, w.attention
@@ -121,22 +181,25 @@ def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: 
     seconds = g.gemm_seconds(m, d, kv_rank + w.qk_rope_head_dim + (q_rank or 0), rate, db)  # both down-projections
     seconds += g.gemm_seconds(m, kv_rank, h * (w.qk_nope_head_dim + w.v_head_dim), rate, db)
     seconds += g.gemm_seconds(m, q_rank or d, a.q / t, rate, db) + g.gemm_seconds(m, a.out / t, d, rate, db)
-    return seconds + g.bytes_seconds(2 * m * a.latent * db, 2)  # the latents' norms
+    return seconds + g.elementwise_seconds("norm", m * a.latent, 2 * m * a.latent * db, 2)  # the latents' norms
 
 
-def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
+def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, db: int) -> float:
     """The attention core: fused (causal half, at attention_efficiency), or eager (plan.attention): the scores'
     two batched matmuls over every score at GEMM efficiency, and the scores written, softmaxed in place (read and
     written) and read by the value product."""
     t = plan.tp
     flops = w.attention.core_flops(w.seq_len, t, w.layers) * m
     if plan.attention == "flash":
-        return g.attention_seconds(flops, rate)
+        a = w.attention
+        shape = None if w.mla else (w.seq_len / plan.cp, w.heads / t, a.q / w.heads)
+        return g.attention_seconds(flops, rate, shape)
     scores = m * w.seq_len * w.heads / t
-    return flops / (rate * g.gemm_efficiency) + g.bytes_seconds(4 * scores * db, 3)
+    gemms = g.datasheet_times * flops / (rate.flops_per_s * g.gemm_efficiency)
+    return gemms + g.elementwise_seconds("softmax", scores, 4 * scores * db, 3)
 
 
-def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, db: int) -> float:
+def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, db: int) -> float:
     """The MLP's GEMMs and activation: GPT's GELU MLP, a SwiGLU, or MoE layers mixed with dense ones (each expert
     a SwiGLU over its share of the routed tokens, gathered from every ep rank)."""
     d, t = w.hidden, plan.tp
@@ -144,7 +207,7 @@ def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, 
         return (
             g.gemm_seconds(m, d, 4 * d / t, rate, db)
             + g.gemm_seconds(m, 4 * d / t, d, rate, db)
-            + g.bytes_seconds(2 * m * 4 * d / t * db, 1)
+            + g.elementwise_seconds("gelu", m * 4 * d / t, 2 * m * 4 * d / t * db, 1)
         )
     dense = _swiglu_seconds(g, m, d, w.dense_ffn / t, rate, db)
     share = w.moe_layers / w.layers
@@ -158,16 +221,17 @@ def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: float, 
     routed = w.experts / plan.ep * _swiglu_seconds(g, per_expert, d, w.expert_ffn_hidden / et, rate, db)
     shared = w.shared_experts * _swiglu_seconds(g, m, d, w.expert_ffn_hidden / t, rate, db)
     # the router, and the dispatcher's permute and unpermute: each routed copy read and written both ways
-    router = g.gemm_seconds(m, d, w.experts, rate, db) + g.bytes_seconds(4 * routes * w.top_k * d * db, 4)
+    permute = 2 * routes * w.top_k * d
+    router = g.gemm_seconds(m, d, w.experts, rate, db) + g.elementwise_seconds("copy", permute, 2 * permute * db, 4)
     return (1 - share) * dense + share * (routed + shared + router)
 
 
-def _swiglu_seconds(g: GpuKernels, m: float, d: float, ffn: float, rate: float, db: int) -> float:
+def _swiglu_seconds(g: GpuKernels, m: float, d: float, ffn: float, rate: Rate, db: int) -> float:
     """w1 and w3 (d -> ffn), silu(w1 x) * w3 x (reads 2 ffn, writes ffn), w2 (ffn -> d)."""
     return (
         2 * g.gemm_seconds(m, d, ffn, rate, db)
         + g.gemm_seconds(m, ffn, d, rate, db)
-        + g.bytes_seconds(3 * m * ffn * db, 1)
+        + g.elementwise_seconds("swiglu", m * ffn, 3 * m * ffn * db, 1)
     )
 
 
@@ -188,4 +252,4 @@ def _quantise_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: floa
             ffn = w.expert_ffn_hidden
             routed = w.top_k * plan.expert_tp / t * (d + ffn / plan.expert_tp) + w.shared_experts * (d + ffn / t)
             elements = (1 - share) * elements + share * routed
-    return g.bytes_seconds(m * elements * (db + write), linears)
+    return g.elementwise_seconds("copy", m * elements, m * elements * (db + write), linears)

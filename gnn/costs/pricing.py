@@ -12,7 +12,7 @@ from collect.schema import Plan, Workload
 from collect.schema.choices import gemm_rate_key
 from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
 from gnn.costs.collectives import dispatch_remote_share
-from gnn.costs.gpu import KERNELS, forward_seconds
+from gnn.costs.gpu import KERNELS, Rate, forward_seconds
 from gnn.costs.hardware import HardwareModel
 
 # the collective each communication node runs (the node kinds of gnn.graph.table); tp_comm's depends on
@@ -115,25 +115,33 @@ class Pricing:
         return 1 / hw.compute_time(1.0, key)
 
     def _kernel_seconds(self, kind: str, phase: str, count: int, flops: float) -> float:
-        """On a GPU preset: the forward's seconds per FLOP (gnn.costs.gpu) times the node's FLOPs (a backward's
-        are twice the forward's); a recompute node reruns whole layers; the embedding moves bytes only."""
+        """On a GPU preset: a forward's or backward's seconds per FLOP (gnn.costs.gpu) times the node's FLOPs (a
+        backward's are twice the forward's); a recompute node reruns whole layers' forwards; the embedding moves
+        bytes only."""
         c = self.c
         if kind == "embed":
-            return count * self._forward("embed")
+            return count * self._seconds("embed", "forward")
         if phase == "recompute":
             layer = c.attn_flops + c.mlp_flops
-            return flops * (self._forward("attn") + self._forward("mlp")) / layer if layer else 0.0
+            rerun = self._seconds("attn", "forward") + self._seconds("mlp", "forward")
+            return flops * rerun / layer if layer else 0.0
         fwd_flops = {"attn": c.attn_flops, "mlp": c.mlp_flops, "head": c.head_flops}[kind]
-        return flops * self._forward(kind) / fwd_flops if fwd_flops else 0.0
+        if not fwd_flops:
+            return 0.0
+        if phase == "backward":
+            return flops * self._seconds(kind, "backward") / (2 * fwd_flops)
+        return flops * self._seconds(kind, "forward") / fwd_flops
 
-    def _forward(self, kind: str) -> float:
-        key = ("forward seconds", kind)
+    def _seconds(self, kind: str, phase: str) -> float:
+        """One forward or backward of ``kind`` for one micro-batch on one tp rank (gnn.costs.gpu)."""
+        key = ("seconds", kind, phase)
         found = self.costs.get(key)
         if found is None:
-            w, db = self.w, dtype_bytes(self.w)
-            rest = 1 / self.hw.compute_time(1.0, w.dtype)
-            linear = rest if w.float8 == "none" else self._low_precision_rate()
-            found = self.costs[key] = forward_seconds(self.hw.kernels, w, self.plan, kind, (linear, rest), db)
+            w = self.w
+            rest = Rate(1 / self.hw.compute_time(1.0, w.dtype), w.dtype)
+            linear = rest if w.float8 == "none" else Rate(self._low_precision_rate(), f"float8_{w.float8}")
+            kernels = self.hw.kernels.for_phase(phase)
+            found = self.costs[key] = forward_seconds(kernels, w, self.plan, kind, (linear, rest), dtype_bytes(w))
         return found
 
     def _compute_seconds(self, kind: str, flops: float) -> float:

@@ -13,7 +13,7 @@ from collect.hardware.records import load_hardware
 from collect.schema import Cluster, Plan, RunSpec, Workload, framework_conventions
 from gnn.costs.analytic import block_costs
 from gnn.costs.collectives import dispatch_remote_share
-from gnn.costs.gpu import forward_seconds
+from gnn.costs.gpu import Rate, forward_seconds
 from gnn.costs.hardware import HardwareModel, hardware_model
 from gnn.costs.layers import layer_shape
 from gnn.costs.pricing import Pricing
@@ -174,7 +174,7 @@ def test_deepseek_v3_on_256_gb200s_in_mxfp8_is_priced_and_nvfp4_gemms_run_faster
         times[f] = simulate(build_graph(spec.workload, spec.plan, spec.cluster, hw)).iter_time_s
     assert 0 < times["nvfp4"] < times["mxfp8"] < times["none"] < float("inf")
     spec, hw = _deepseek("mxfp8")
-    rates = (1 / hw.compute_time(1.0, "mxfp8"), 1 / hw.compute_time(1.0, "bfloat16"))
+    rates = (Rate(1 / hw.compute_time(1.0, "mxfp8"), "mxfp8"), Rate(1 / hw.compute_time(1.0, "bfloat16"), "bfloat16"))
     quantised = forward_seconds(hw.kernels, spec.workload, spec.plan, "mlp", rates, 2)
     plain = forward_seconds(hw.kernels, spec.workload.model_copy(update={"float8": "none"}), spec.plan, "mlp", rates, 2)
     assert quantised > plain  # the same GEMM rate, plus quantising the inputs

@@ -6,12 +6,17 @@ import pytest
 
 from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
-from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S
+from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, Rate
 from gnn.costs.hardware import HardwareModel
 from gnn.graph.build import build_graph
 from gnn.sim.simulate import simulate
 
 H100 = HardwareModel(load_hardware("h100-80gb"))
+# the datasheet model alone: the preset less the kernel table it names (tests/gnn/kernels prices from the table)
+DATASHEET = HardwareModel(
+    load_hardware("h100-80gb") | {"kernels": load_hardware("h100-80gb")["kernels"] | {"table": None}}
+)
+BF16 = Rate(989.4e12, "bfloat16")
 NVLINK, NIC = 450e9, 50e9  # the preset's per-GPU NVLink and InfiniBand bandwidths
 
 
@@ -45,26 +50,26 @@ def test_an_all_gather_message_is_one_rank_shard():
 
 
 def test_a_large_square_gemm_runs_at_the_gemm_efficiency_less_wave_quantization():
-    k = H100.kernels
+    k = DATASHEET.kernels
     m = 4096
     tiles = 32 * 32  # 128 x 128 tiles, one k slice each (they fill the SMs)
     waves = math.ceil(tiles / 132)
     expected = 2 * m**3 / (989.4e12 * 0.8 * tiles / (waves * 132)) + ASSUMED_KERNEL_GAP_S
-    assert k.gemm_seconds(m, m, m, 989.4e12, 2) == pytest.approx(expected)
+    assert k.gemm_seconds(m, m, m, BF16, 2) == pytest.approx(expected)
 
 
 def test_a_gemm_with_few_output_tiles_splits_k_to_fill_the_sms():
-    k = H100.kernels
+    k = DATASHEET.kernels
     m, kk, n = 1024, 65536, 1024
     tiles, split = 64, 2  # 132 // 64: two slices of k per output tile, 128 of 132 SMs busy
     expected = 2 * m * kk * n / (989.4e12 * 0.8 * tiles * split / 132) + ASSUMED_KERNEL_GAP_S
-    assert k.gemm_seconds(m, kk, n, 989.4e12, 2) == pytest.approx(expected)
+    assert k.gemm_seconds(m, kk, n, BF16, 2) == pytest.approx(expected)
 
 
 def test_a_skinny_gemm_is_bound_by_its_bytes():
-    k = H100.kernels
+    k = DATASHEET.kernels
     for m, kk, n in ((8, 8192, 8192), (4096, 2048, 64)):  # a few tokens on a big weight; a tp = 32 shard
-        assert k.gemm_seconds(m, kk, n, 989.4e12, 2) == pytest.approx(
+        assert k.gemm_seconds(m, kk, n, BF16, 2) == pytest.approx(
             2 * (m * kk + kk * n + m * n) / 3.35e12 + ASSUMED_KERNEL_GAP_S
         )
 
