@@ -75,6 +75,11 @@ def plan_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
         problems.append(f"{' and '.join(half)} need a 2-byte workload.dtype (bfloat16 or float16), not {w.dtype!r}")
     if p.sequence_parallel_regather and not p.sequence_parallel:
         problems.append("plan.sequence_parallel_regather needs plan.sequence_parallel")
+    if p.tp_comm_overlap and not (p.tp_enabled and p.sequence_parallel):
+        problems.append(
+            "plan.tp_comm_overlap needs plan.tp > 1 with plan.sequence_parallel: it overlaps sequence parallelism's "
+            "all-gather and reduce-scatter with the GEMMs"
+        )
     if w.dtype == "float16" and c.device == "cpu":
         problems.append("workload.dtype 'float16' is not supported for training on device 'cpu'; use bfloat16")
     return problems
@@ -261,6 +266,7 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
         "tp_layer_latency",
         "grad_reduce_overlap",
         "param_gather_overlap",
+        "tp_comm_overlap",
     )
     kept = [f"plan.{k}" for k in flags if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []

@@ -13,7 +13,7 @@ PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 DType = Literal["float32", "bfloat16", "float16"]
 Float8 = Literal["none", "tensorwise", "rowwise", "mxfp8", "nvfp4"]
 OptimizerStateDType = Literal["float32", "bfloat16"]
-Framework = Literal["torch", "megatron", "nanotron", "torchtitan"]
+Framework = Literal["torch", "megatron", "nemo", "nanotron", "torchtitan"]
 PipelineSplit = Literal["layers", "weights"]
 MoeDispatcher = Literal["alltoall", "hybrid"]
 Attention = Literal["flash", "eager"]
@@ -57,7 +57,12 @@ def framework_conventions(
     Megatron alone overlaps the gradient reduction with the backward and the distributed optimizer's parameter
     all-gather with the next forward (overlap_grad_reduce, overlap_param_gather: on in NeMo's and
     Megatron-Bridge's performance recipes; Megatron-LM's releases before 2023 had neither, so older runs turn them
-    off, collect.published.dlperf). Every framework runs fused attention (plan.attention, the default)."""
+    off, collect.published.dlperf). NeMo (and Megatron-Bridge) take Megatron's conventions and overlap tensor
+    parallelism's collectives with the GEMMs where sequence parallelism runs (plan.tp_comm_overlap: the
+    tp_comm_overlap of their performance recipes). Every framework runs fused attention (plan.attention, the
+    default)."""
+    nemo = framework == "nemo"
+    framework = "megatron" if nemo else framework
     torch = framework == "torch"
     half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
     return {
@@ -74,6 +79,7 @@ def framework_conventions(
         "tp_layer_latency": framework == "nanotron",
         "grad_reduce_overlap": framework == "megatron",
         "param_gather_overlap": framework == "megatron",
+        "tp_comm_overlap": nemo and tp > 1 and sequence_parallel,
     }
 
 

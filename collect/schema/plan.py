@@ -32,6 +32,7 @@ CONVENTIONS = (
     "tp_layer_latency",
     "grad_reduce_overlap",
     "param_gather_overlap",
+    "tp_comm_overlap",
     "optimizer_state_dtype",
     "moe_dispatcher",
 )
@@ -142,6 +143,11 @@ class Plan(Strict):
     """The distributed optimizer's parameter all-gather (plan.sharding zero1) runs in buckets under the next
     step's first forward (Megatron's overlap_param_gather): only what that forward cannot hide is exposed.
     False: the all-gather follows the optimizer step whole (torch's ZeroRedundancyOptimizer, Nanotron's ZeRO-1)."""
+    tp_comm_overlap: bool = False
+    """With tp and sequence_parallel: each layer's all-gather and reduce-scatter run in chunks under the GEMMs
+    that consume and produce them (Transformer Engine's userbuffers; NeMo's recipes set tp_comm_overlap on Hopper
+    and Blackwell): only what those GEMMs cannot hide, and at least one of tp chunks, is exposed. False: the
+    collective runs between the GEMMs (Megatron-LM's default, torch's DTensor, Nanotron)."""
 
     moe_dispatcher: MoeDispatcher = "alltoall"
     """With ep across nodes, how tokens reach their experts. alltoall: every routed copy of a token crosses the

@@ -169,6 +169,14 @@ def _block_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: float, 
     return _mlp_seconds(g, w, plan, m, linear, db) + norm_add
 
 
+def linear_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, rate: Rate, db: int) -> float:
+    """An attention or MLP block's GEMMs (and the little between them) for one micro-batch on one tp rank."""
+    m = w.micro_batch_size * w.seq_len / plan.cp
+    if kind == "attn":
+        return _projection_seconds(g, w, plan, m, rate, db)
+    return _mlp_seconds(g, w, plan, m, rate, db)
+
+
 def _projection_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, db: int) -> float:
     """The attention's projections: q, k and v in one GEMM and the output's (grouped-query attention), or MLA's
     down-projections (whole on every tp rank), their latents' norms and the up-projections (split by heads)."""

@@ -12,7 +12,7 @@ from collect.schema import Plan, Workload
 from collect.schema.choices import gemm_rate_key
 from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
 from gnn.costs.collectives import dispatch_remote_share
-from gnn.costs.gpu import KERNELS, Rate, forward_seconds
+from gnn.costs.gpu import KERNELS, Rate, forward_seconds, linear_seconds
 from gnn.costs.hardware import HardwareModel
 
 # the collective each communication node runs (the node kinds of gnn.graph.table); tp_comm's depends on
@@ -87,6 +87,7 @@ class Pricing:
             if kind == "tp_comm" and self.plan.sequence_parallel:
                 gather = message_bytes / group
                 per_call += self.hw.comm_time("all_gather", gather, group, crosses_node, per_node, self.inter_bw)
+                per_call = self._tp_exposed(per_call, phase)
             return count * per_call
         if self.hw.blocks is not None:
             return count * self._block_seconds(kind, phase)
@@ -137,12 +138,29 @@ class Pricing:
         key = ("seconds", kind, phase)
         found = self.costs.get(key)
         if found is None:
-            w = self.w
-            rest = Rate(1 / self.hw.compute_time(1.0, w.dtype), w.dtype)
-            linear = rest if w.float8 == "none" else Rate(self._low_precision_rate(), f"float8_{w.float8}")
             kernels = self.hw.kernels.for_phase(phase)
-            found = self.costs[key] = forward_seconds(kernels, w, self.plan, kind, (linear, rest), dtype_bytes(w))
+            found = forward_seconds(kernels, self.w, self.plan, kind, self._rates(), dtype_bytes(self.w))
+            self.costs[key] = found
         return found
+
+    def _rates(self) -> tuple[Rate, Rate]:
+        """(the blocks' linears', the rest's) GEMM rates: FP8's under workload.float8."""
+        w = self.w
+        rest = Rate(1 / self.hw.compute_time(1.0, w.dtype), w.dtype)
+        return (rest if w.float8 == "none" else Rate(self._low_precision_rate(), f"float8_{w.float8}")), rest
+
+    def _tp_exposed(self, seconds: float, phase: str) -> float:
+        """A layer boundary's all-gather and reduce-scatter under plan.tp_comm_overlap, on a GPU preset: split in tp
+        chunks under the GEMMs on either side of it (one block's linears, the mean of attention's and the MLP's),
+        what they cannot hide is exposed, and never less than one chunk (the first waits for its data)."""
+        plan = self.plan
+        if not plan.tp_comm_overlap or self.hw.kernels is None:
+            return seconds
+        phase = "backward" if phase == "backward" else "forward"
+        kernels, db = self.hw.kernels.for_phase(phase), dtype_bytes(self.w)
+        linear = self._rates()[0]
+        hide = 0.5 * sum(linear_seconds(kernels, self.w, plan, kind, linear, db) for kind in ("attn", "mlp"))
+        return max(seconds - hide, seconds / plan.tp)
 
     def _compute_seconds(self, kind: str, flops: float) -> float:
         """At the hardware's throughput. FP8 training (torchao's float8) runs the linears of the blocks in FP8,

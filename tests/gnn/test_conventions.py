@@ -6,7 +6,7 @@ import pytest
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems, framework_conventions
 from gnn.costs.analytic import block_costs, state_bytes
-from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, GpuKernels, _core_seconds
+from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, GpuKernels, Rate, _core_seconds
 from gnn.costs.hardware import hardware_model
 from gnn.sim.truncate import simulate_plan
 
@@ -123,7 +123,10 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "tp_layer_latency": False,
         "grad_reduce_overlap": True,
         "param_gather_overlap": True,
+        "tp_comm_overlap": False,
     }
+    assert framework_conventions("nemo", 4, True, "bfloat16") == megatron | {"tp_comm_overlap": True}
+    assert not framework_conventions("nemo", 4, False, "bfloat16")["tp_comm_overlap"]  # it overlaps SP's collectives
     nanotron = framework_conventions("nanotron", 4, True, "bfloat16")
     assert nanotron["pipeline_split"] == "weights" and nanotron["attention_keeps_packed_qkv"]
     assert nanotron["tp_layer_latency"] and not nanotron["grad_reduce_overlap"]
@@ -158,6 +161,7 @@ def test_framework_conventions_and_what_the_collector_refuses():
             "not 'float32'",
         ),
         ({}, dict(tp=2, **REGATHER), "plan.sequence_parallel_regather needs plan.sequence_parallel"),
+        ({}, dict(tp=2, tp_comm_overlap=True), "plan.tp_comm_overlap needs plan.tp > 1 with plan.sequence_parallel"),
     ],
 )
 def test_conventions_a_plan_cannot_take_name_the_rule(workload, plan, message):
@@ -270,7 +274,7 @@ def test_eager_attention_runs_every_score_at_gemm_rate_and_moves_them_through_me
     w, m = _llama(seq_len=4096), 4096.0
     k = GpuKernels(sms=132, gemm_efficiency=0.8, attention_efficiency=0.35, memory_bandwidth=3.35e12)
     rate, flops, scores = 989.4e12, 4 * 4096 * 64 * 4096.0, 4096 * 4096 * 4.0  # 4 heads of 16
-    fused = _core_seconds(k, w, Plan(), m, rate, 2)
-    eager = _core_seconds(k, w, Plan(attention="eager"), m, rate, 2)
+    fused = _core_seconds(k, w, Plan(), m, Rate(rate, "bfloat16"), 2)
+    eager = _core_seconds(k, w, Plan(attention="eager"), m, Rate(rate, "bfloat16"), 2)
     assert fused == pytest.approx(0.5 * flops / (rate * 0.35) + ASSUMED_KERNEL_GAP_S)
     assert eager == pytest.approx(flops / (rate * 0.8) + 4 * scores * 2 / 3.35e12 + 3 * ASSUMED_KERNEL_GAP_S)
