@@ -29,9 +29,11 @@ def relative_nnls(design: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 def time_terms(df: pd.DataFrame) -> np.ndarray:
-    """[rows, 7]: compute, communication, pipeline bubble, per-layer launches per rank, constant, and the
-    framework's latency per layer (plan.tp_layer_latency): in all, and under pipeline parallelism."""
+    """[rows, 8]: compute (priced from the datasheet, and from a measured kernel table: each its own
+    efficiency), communication, pipeline bubble, per-layer launches per rank, constant, and the framework's
+    latency per layer (plan.tp_layer_latency): in all, and under pipeline parallelism."""
     compute = np.exp(df["f_log_sim_compute"])  # sum of FLOP-derived compute times on the busiest rank
+    table = df["f_kernel_table"].to_numpy() if "f_kernel_table" in df else np.zeros(len(df))
     comm = np.exp(df["f_log_sim_comm"])  # sum of collective times from the cost curves
     bubble = (
         compute * (2 ** df["f_log2_pp"] - 1) / (2 ** df["f_log2_num_microbatches"] * 2 ** df["f_log2_virtual_stages"])
@@ -39,4 +41,5 @@ def time_terms(df: pd.DataFrame) -> np.ndarray:
     ops = df["layers"] * 2 ** df["f_log2_num_microbatches"] / 2 ** df["f_log2_pp"]  # per-layer launches per rank
     latency = ops * (2 ** df["f_log2_tp"] - 1) * df["f_tp_layer_latency"]
     pipelined = latency * (df["f_log2_pp"] > 0)
-    return np.column_stack([compute, comm, bubble, ops, np.ones(len(df)), latency, pipelined])
+    measured = compute * table
+    return np.column_stack([compute - measured, measured, comm, bubble, ops, np.ones(len(df)), latency, pipelined])

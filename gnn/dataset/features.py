@@ -239,6 +239,9 @@ def _setting_features(w, cluster, hw: HardwareModel) -> dict[str, float]:
             "cuda": float(cluster.device == "cuda"),
             "log_flops_per_s": math.log(hw.compute_time(1.0, w.dtype) ** -1),
             "log_mem_bw": math.log(hw.memory_bandwidth),
+            # compute priced from a kernel table measured on the GPU, not from its datasheet: the two err
+            # differently, so a correction learned on one must not be read as the other's
+            "kernel_table": float(hw.kernels is not None and hw.kernels.table is not None),
         }
     return found
 

@@ -29,8 +29,9 @@ COLUMNS = (
     "f_cuda",
     "f_log2_tp",
     "f_tp_layer_latency",
+    "f_kernel_table",
 )
-TERMS = 7  # gnn.costs.efficiency.time_terms
+TERMS = 8  # gnn.costs.efficiency.time_terms
 
 
 class AnalyticalTimeBase(nn.Module):
@@ -56,10 +57,10 @@ class AnalyticalTimeBase(nn.Module):
         layers, tp, latency_flag = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8]
         ops = layers * nmb / pp
         latency = ops * (tp - 1) * latency_flag
-        terms = torch.stack(
-            [compute, comm, compute * (pp - 1) / (nmb * v), ops, torch.ones_like(compute), latency, latency * (pp > 1)],
-            1,
-        )
+        measured = compute * c[:, 9]
+        bubble = compute * (pp - 1) / (nmb * v)
+        ones = torch.ones_like(compute)
+        terms = torch.stack([compute - measured, measured, comm, bubble, ops, ones, latency, latency * (pp > 1)], 1)
         coef = self.coef[(c[:, 6] > 0.5).long()]
         return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()
 

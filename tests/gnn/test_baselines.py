@@ -243,8 +243,18 @@ def test_a_frameworks_latency_per_layer_by_hand():
             "layers": [8, 8, 8, 8],
         }
     )
-    latency = time_terms(rows)[:, 5:]
+    latency = time_terms(rows)[:, 6:]
     np.testing.assert_allclose(latency, [[48, 48], [0, 0], [96, 0], [0, 0]])
+
+
+def test_compute_from_a_kernel_table_takes_an_efficiency_of_its_own():
+    """A GPU's measured kernels and a datasheet err differently: their compute terms are fitted apart."""
+    from gnn.costs.efficiency import time_terms
+
+    rows = pd.DataFrame({"f_log_sim_compute": [0.0, np.log(2.0)], "f_kernel_table": [0.0, 1.0]})
+    rows = rows.assign(f_log_sim_comm=0.0, f_log2_pp=0.0, f_log2_num_microbatches=0.0, f_log2_virtual_stages=0.0)
+    rows = rows.assign(f_log2_tp=0.0, f_tp_layer_latency=0.0, layers=1)
+    np.testing.assert_allclose(time_terms(rows)[:, :2], [[1, 0], [0, 2]])
 
 
 def test_the_rule_of_thumb_by_hand():
