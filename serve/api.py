@@ -43,9 +43,23 @@ def encode_response(
     columns: dict[str, np.ndarray],
     correction: MachineCorrection | None = None,
     world_size: int = 1,
+    pricing: str | None = None,
 ) -> PredictResponse:
     probe = correction.summary(world_size) if correction else None
-    return PredictResponse(model=model_summary(predictor), predictions=predictions(columns), probe=probe)
+    summary, found = model_summary(predictor), predictions(columns)
+    return PredictResponse(model=summary, predictions=found, probe=probe, compute_pricing=pricing)
+
+
+def compute_pricing(request: PredictRequest, specs: list[RunSpec]) -> str:
+    """What the simulator priced this request's compute from (PredictResponse.compute_pricing)."""
+    record = request.cluster.record
+    if record.get("source") != "datasheet":
+        return f"the block profile of fingerprint {record['id']!r}, measured on the machine"
+    table = (record.get("kernels") or {}).get("table")
+    if not table:
+        return f"the datasheet of {record['id']!r}: no kernel table was measured on this GPU"
+    mla = "; MLA's attention core from the datasheet" if any(s.workload.mla for s in specs) else ""
+    return f"kernel table {table!r}, measured on this GPU (data/hardware/kernels){mla}"
 
 
 def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None) -> PredictResponse:
@@ -53,10 +67,11 @@ def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None
     it names one, encode. ``should_stop``: asked between chunks (BatchPredictor.predict_columns)."""
     specs, hardware = decode_request(request)
     columns = predictor.predict_columns(specs, hardware, should_stop=should_stop)
+    pricing = compute_pricing(request, specs)
     if not request.probe:
-        return encode_response(predictor, columns)
+        return encode_response(predictor, columns, pricing=pricing)
     correction, world_size = probe_correction(predictor, request.probe), request.cluster.world_size
-    return encode_response(predictor, correction.apply(columns, world_size), correction, world_size)
+    return encode_response(predictor, correction.apply(columns, world_size), correction, world_size, pricing)
 
 
 def probe_correction(predictor: BatchPredictor, name: str) -> MachineCorrection:

@@ -208,6 +208,9 @@ class PredictResponse(BaseModel):
     predictions: list[PlanPrediction]
     probe: dict | None = None
     """The probe's correction, when the request named one: its runs, the time factor applied and its log sd."""
+    compute_pricing: str | None = None
+    """What the simulator priced compute from on this cluster: a kernel table measured on its GPU (and what it
+    lacked, taken from the datasheet), the datasheet alone, or a measured fingerprint's block profile."""
 
 
 class SearchRequest(_Request):
@@ -232,8 +235,10 @@ class SearchRequest(_Request):
     default takes only plans whose 80% memory interval fits, so whose upper end is below capacity."""
     framework: Framework = "torch"
     """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps, how
-    sequence parallelism saves inputs, fp32 master weights and gradients) change the memory each plan needs
-    (collect.schema.framework_conventions). torch is the local collector's; megatron covers NeMo too."""
+    sequence parallelism saves inputs, fp32 master weights and gradients) change the memory each plan needs, and
+    its overlaps the time (collect.schema.framework_conventions). torch is the local collector's; megatron is
+    Megatron-LM's defaults; nemo is NeMo's and Megatron-Bridge's recipes (Megatron's, with tensor parallelism's
+    collectives overlapped with the GEMMs)."""
 
     @model_validator(mode="after")
     def _check(self) -> "SearchRequest":

@@ -21,6 +21,7 @@ def test_predict_prints_predictions_in_plan_order(predictor_path, predictor, tmp
     assert body["model"]["name"] == "test-model" and len(body["predictions"]) == 3
     p = body["predictions"][1]
     assert set(p) >= {"iter_time_s", "iter_time_interval_s", "peak_mem_bytes", "fits"}
+    assert body["compute_pricing"] == "the datasheet of 'a100-80gb': no kernel table was measured on this GPU"
     from collect.schema import Plan, RunSpec, Workload
     from serve.schemas import ClusterSpec
 
@@ -77,3 +78,18 @@ def test_search_takes_nodes_for_a_cluster_given_as_json_unless_it_says_its_own()
     assert rack.cluster.world_size == 256
     own = build_request(Namespace(**args, cluster='{"preset": "a100-80gb", "nodes": 2}', nodes=4))
     assert own.cluster.world_size == 16
+
+
+def test_a_prediction_says_what_compute_was_priced_from():
+    from serve.api import compute_pricing
+    from serve.schemas import PredictRequest
+
+    def pricing(workload: dict) -> str:
+        body = {"workload": workload, "cluster": {"preset": "h100-80gb", "nodes": 1}, "plans": [{"dp": 8}]}
+        request = PredictRequest.model_validate(body | {"workload": {**workload, "global_batch_size": 8}})
+        return compute_pricing(request, request.specs())
+
+    table = "kernel table 'h100-sxm-20261127', measured on this GPU (data/hardware/kernels)"
+    assert pricing(WORKLOAD) == table
+    mla = {**WORKLOAD, "family": "llama", "ffn_hidden": 2816, "kv_lora_rank": 64, "qk_rope_head_dim": 16}
+    assert pricing(mla | {"qk_nope_head_dim": 32, "v_head_dim": 32}) == table + "; MLA's attention core from the datasheet"
