@@ -19,6 +19,11 @@ from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
 from collect.schema.workload import LATER_FIELDS, Workload
 
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
+# the plan's conventions the collector does not run: a plan with any of them is predicted, not measured
+PREDICTED_ONLY = (
+    "sequence_parallel_regather fp32_master_weights fp32_grads attention_keeps_packed_qkv tp_layer_latency "
+    "grad_reduce_overlap param_gather_overlap tp_comm_overlap"
+).split()
 _LATER_FIELDS = {
     "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
     "plan": {k: Plan.model_fields[k].default for k in PLAN_LATER_FIELDS},
@@ -75,11 +80,8 @@ def plan_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
         problems.append(f"{' and '.join(half)} need a 2-byte workload.dtype (bfloat16 or float16), not {w.dtype!r}")
     if p.sequence_parallel_regather and not p.sequence_parallel:
         problems.append("plan.sequence_parallel_regather needs plan.sequence_parallel")
-    if p.tp_comm_overlap and not (p.tp_enabled and p.sequence_parallel):
-        problems.append(
-            "plan.tp_comm_overlap needs plan.tp > 1 with plan.sequence_parallel: it overlaps sequence parallelism's "
-            "all-gather and reduce-scatter with the GEMMs"
-        )
+    if p.tp_comm_overlap and not (p.tp_enabled and p.sequence_parallel):  # it overlaps SP's collectives
+        problems.append("plan.tp_comm_overlap needs plan.tp > 1 with plan.sequence_parallel")
     if w.dtype == "float16" and c.device == "cpu":
         problems.append("workload.dtype 'float16' is not supported for training on device 'cpu'; use bfloat16")
     return problems
@@ -258,17 +260,7 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
             f"plan.loss_parallel with plan.tp ({p.tp}) and plan.pp ({p.pp}) is predicted only: the collector's "
             "pipeline stages pass plain tensors, so its last stage's head gathers whole logits"
         )
-    flags = (
-        "sequence_parallel_regather",
-        "fp32_master_weights",
-        "fp32_grads",
-        "attention_keeps_packed_qkv",
-        "tp_layer_latency",
-        "grad_reduce_overlap",
-        "param_gather_overlap",
-        "tp_comm_overlap",
-    )
-    kept = [f"plan.{k}" for k in flags if getattr(p, k)]
+    kept = [f"plan.{k}" for k in PREDICTED_ONLY if getattr(p, k)]
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
     kept += ["plan.attention 'eager'"] if p.attention == "eager" else []
