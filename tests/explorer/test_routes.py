@@ -35,7 +35,7 @@ def test_the_catalog_offers_the_bundled_models_presets_and_frameworks(explorer):
     assert {"llama-3.1-70b", "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-20l-1536"} <= set(body["workloads"])
     assert "llama-3.1-70b" in body["hf_configs"]
     assert {"h100-80gb", "a100-80gb", "b200-180gb"} <= {p["id"] for p in body["presets"]}
-    assert set(body["frameworks"]) == {"torch", "megatron", "nanotron", "torchtitan"}
+    assert set(body["frameworks"]) == {"torch", "megatron", "nemo", "nanotron", "torchtitan"}
     assert body["limits"]["max_trials"] == 5000
 
 
