@@ -29,11 +29,16 @@ def _randn(*shape, device, dtype=torch.bfloat16, grad=False):
     return torch.randn(*shape, device=device, dtype=dtype).requires_grad_(grad)
 
 
-def gemm(grid: Grid, device, dtype) -> Iterator[list]:
+def _gemm_shapes(grid: Grid) -> Iterator[tuple[int, int, int]]:
+    """(m, k, n) of the grid whose operands and result fit its size cap."""
     for m, k, n in itertools.product(grid.gemm_m, grid.gemm_kn, grid.gemm_kn):
-        if max(m * k, k * n, m * n) > grid.max_elements:
-            continue
-        x, w, g = _randn(m, k, device=device, dtype=dtype), _randn(n, k, device=device, dtype=dtype), None
+        if max(m * k, k * n, m * n) <= grid.max_elements:
+            yield m, k, n
+
+
+def gemm(grid: Grid, device, dtype) -> Iterator[list]:
+    for m, k, n in _gemm_shapes(grid):
+        x, w = _randn(m, k, device=device, dtype=dtype), _randn(n, k, device=device, dtype=dtype)
         g = _randn(m, n, device=device, dtype=dtype)
         yield [
             m,
@@ -50,9 +55,7 @@ def gemm_fp8(grid: Grid, device, scaling: str) -> Iterator[list]:
     accumulation and the backward without (torchao's defaults). Each operand is laid out as the kernel needs it
     beforehand, as float8 training keeps its transposed copies."""
     e4m3 = torch.float8_e4m3fn
-    for m, k, n in itertools.product(grid.gemm_m, grid.gemm_kn, grid.gemm_kn):
-        if max(m * k, k * n, m * n) > grid.max_elements:
-            continue
+    for m, k, n in _gemm_shapes(grid):
         x = _randn(m, k, device=device).to(e4m3)
         w = _randn(n, k, device=device).to(e4m3)
         g = _randn(m, n, device=device).to(e4m3)
