@@ -51,6 +51,15 @@ def explain(spec: RunSpec, hardware: str, hardware_dir=None) -> dict:
     }
 
 
+def memory_parts(spec: RunSpec, hardware: str, hardware_dir=None) -> list[dict]:
+    """memory_by_rank of the plan simulated, without drawing it (what serve verify sets beside a trace)."""
+    hw = hardware_model(hardware, str(hardware_dir or default_hardware_dir()))
+    compilers: dict = {}
+    _, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, compilers)
+    compiler = shared_compiler(compilers, spec.workload, spec.plan, spec.cluster, hw)
+    return memory_by_rank(spec, compiler, sim.peak_mem_per_rank)
+
+
 def memory_by_rank(spec: RunSpec, compiler: PassCompiler, peaks: list[float]) -> list[dict]:
     """Per pipeline rank (holding stages rank, rank + pp, ...): bytes of each of PARTS at its simulated peak."""
     plan, memory = spec.plan, compiler.memory

@@ -4,6 +4,8 @@
 
 POST /predict takes and returns what `python -m serve predict` does; POST
 /search runs a plan search (in memory; the CLI keeps studies in RDB storage);
+POST /verify traces a predict request's plans under fake tensors, as
+`python -m serve verify` does, within serve.verify.cost.HTTP_SECONDS;
 GET /health; GET /model names the loaded model, its version and validation
 metrics; GET / is the plan explorer, a page in the browser (serve/page.py).
 OpenAPI docs at /docs. Invalid requests get 422 naming the field and
@@ -51,6 +53,8 @@ from serve.page import install_page, warm_up_explain
 from serve.schemas import ExplainRequest, PredictRequest, PredictResponse, SearchRequest, SearchResponse
 from serve.search.budget import JOB, SEARCH, Budget, Meter, SearchRefused, checked
 from serve.search.study import search
+from serve.verify.cost import HTTP_SECONDS, VerifyRefused, within_budget
+from serve.verify.run import VerifyResponse, verify
 
 MAX_ERRORS_SHOWN = 50
 SWITCH_INTERVAL_S = 0.001
@@ -122,6 +126,11 @@ def create_app(
         detail = [{"loc": ["body", exc.field], "msg": _short(str(exc)), "type": "search_over_budget"}]
         return JSONResponse(status_code=422, content={"detail": detail})
 
+    @app.exception_handler(VerifyRefused)
+    async def refused_verify(request: Request, exc: VerifyRefused):
+        detail = [{"loc": ["body", "plans"], "msg": _short(str(exc)), "type": "verify_over_budget"}]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
     @app.exception_handler(Unavailable)
     @app.exception_handler(Cancelled)
     async def unavailable(request: Request, exc: Exception):
@@ -177,9 +186,24 @@ def create_app(
         answer = await inflight.run(request, work, *checked_request, slots=inflight.heavy)
         return Response(answer, media_type="application/json")
 
+    @app.post("/verify", response_model=VerifyResponse, openapi_extra=request_body(PredictRequest))
+    async def verify_plans(request: Request) -> Response:
+        def check(body: bytes) -> PredictRequest:  # a light slot: over its budget is refused before any trace
+            parsed = parse_body(body, PredictRequest)
+            within_budget(parsed.specs(), HTTP_SECONDS, "POST /verify")
+            return parsed
+
+        parsed = await inflight.run(request, check, await request.body())
+        answer = await inflight.run(request, _verified_json, predictor, parsed, slots=inflight.heavy)
+        return Response(answer, media_type="application/json")
+
     install_page(app, predictor, inflight, job_budget)
     install_request_schemas(app, PredictRequest, SearchRequest, ExplainRequest)
     return app
+
+
+def _verified_json(predictor: BatchPredictor, request: PredictRequest) -> str:
+    return verify(predictor, request, HTTP_SECONDS).model_dump_json()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -85,5 +85,9 @@ class Client:
         body = {"workload": workload, "cluster": cluster, "plans": plans} | ({"probe": probe} if probe else {})
         return self._call("POST", "/predict", body)
 
+    def verify(self, workload: dict, cluster: dict, plans: list[dict]) -> dict:
+        """The plans traced under fake tensors beside their predictions (minutes: give the client a long timeout)."""
+        return self._call("POST", "/verify", {"workload": workload, "cluster": cluster, "plans": plans})
+
     def search(self, workload: dict, cluster: dict, **options) -> dict:
         return self._call("POST", "/search", {"workload": workload, "cluster": cluster, **options})

@@ -33,6 +33,7 @@ from serve.inflight import Inflight, parse_body, request_body
 from serve.schemas import MAX_SEARCH_TRIALS, ExplainRequest, SearchRequest
 from serve.search.budget import JOB, SEARCH, Budget, checked
 from serve.search.jobs import Jobs
+from serve.verify.cost import HTTP_SECONDS as VERIFY_SECONDS
 
 WEB = Path(__file__).with_name("web")
 REQUESTS = REPO / "experiments" / "requests"  # the bundled example workloads (data, not code: nothing is imported)
@@ -131,5 +132,6 @@ def catalog(job_budget: Budget = JOB) -> dict:
             "max_top_k": 100,
             "search_budget_s": SEARCH.seconds,
             "background_budget_s": job_budget.seconds,
+            "verify_budget_s": VERIFY_SECONDS,
         },
     }

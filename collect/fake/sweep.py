@@ -43,6 +43,8 @@ from collect.store import ResultStore
 from collect.sweep import SweepSpec, sample_points
 
 FAKE_METHOD = "fake"
+POLL_S = 0.5  # a running trace is checked for its deadline and a stop this often
+STOPPED = "stopped before it was traced"
 
 
 def stage_ranks(spec: RunSpec) -> list[int]:
@@ -64,9 +66,10 @@ def sampled_counts(spec: RunSpec) -> tuple[int, int] | None:
     return (first, first + plan.pp) if plan.num_microbatches > first + plan.pp else None
 
 
-def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
+def trace_point(spec: RunSpec, timeout_s: float, should_stop=None) -> tuple[RunResult, dict]:
     """Every stage's first rank traced, in a process each (at two micro-batch counts and extrapolated, for many; at
-    three depths and extrapolated, for a deep stack); the result and the row's extra fields."""
+    three depths and extrapolated, for a deep stack); the result and the row's extra fields. ``should_stop``: asked
+    every POLL_S while a trace runs; once it answers True the trace is killed and the result is a "stopped" error."""
     start, cpu_s = time.monotonic(), 0.0
     problems = collect_problems(spec.workload, spec.plan, spec.cluster)
     if problems:
@@ -75,7 +78,7 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     lines, depths = [], {"traced_depths": [], "depth_miss": 0.0, "depth_fallbacks": 0}
     for stage, rank in enumerate(ranks):
         left = timeout_s - (time.monotonic() - start)
-        outcome = _trace_stage(spec, stage, rank, left, counts, depths)
+        outcome = _trace_stage(spec, stage, rank, left, counts, depths, should_stop)
         if isinstance(outcome, RunResult):
             outcome.wall_s = time.monotonic() - start
             return outcome, {}
@@ -94,12 +97,12 @@ def trace_point(spec: RunSpec, timeout_s: float) -> tuple[RunResult, dict]:
     return result, {**counted, **depths}
 
 
-def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, counts, depths: dict):
+def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, counts, depths: dict, should_stop=None):
     """A stage's rank traced at each micro-batch count (or as written): its peaks and CPU seconds, or the failed
     result. A deep stack is traced at three shallow depths and extrapolated (collect.fake.depth), or whole where a
     segment is off its line (``depths`` gathers what was done)."""
     sampled, start = sampled_depths(spec, stage), time.monotonic()
-    outcome = _trace_rank(spec, rank, timeout_s, counts, sampled)
+    outcome = _trace_rank(spec, rank, timeout_s, counts, sampled, should_stop)
     if isinstance(outcome, RunResult) or sampled is None:
         return outcome if isinstance(outcome, RunResult) else ([t["peak_mem_bytes"] for t in outcome], _cpu_s(outcome))
     peaks = []
@@ -111,7 +114,7 @@ def _trace_stage(spec: RunSpec, stage: int, rank: int, timeout_s: float, counts,
             depths["depth_miss"] = max(depths["depth_miss"], miss)
     except DepthMismatch:
         depths["depth_fallbacks"] += 1
-        whole = _trace_rank(spec, rank, timeout_s - (time.monotonic() - start), counts)
+        whole = _trace_rank(spec, rank, timeout_s - (time.monotonic() - start), counts, None, should_stop)
         if isinstance(whole, RunResult):
             return whole
         return [t["peak_mem_bytes"] for t in whole], _cpu_s(whole) + _cpu_s(outcome)
@@ -123,19 +126,30 @@ def _cpu_s(traces: list[dict]) -> float:
     return sum(t["cpu_s"] for t in traces)
 
 
-def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, counts=None, depths=None) -> list[dict] | RunResult:
+def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, counts=None, depths=None, should_stop=None):
     """One rank traced in a process of its own at each micro-batch count and depth given (or as written): the
-    traces, or the failed result."""
+    traces (a list of dicts), or the failed RunResult."""
     command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
     for option, values in (("--microbatches", counts), ("--depths", depths)):
         command += [option, ",".join(map(str, values))] if values else []
-    try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(timeout_s, 1))
-    except subprocess.TimeoutExpired:
-        return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
-    if done.returncode != 0:
-        return RunResult("error", error=f"rank {rank}: {_last_error(done.stderr)}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + max(timeout_s, 1)
+    while True:
+        try:
+            stdout, stderr = process.communicate(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            why = "stopped" if should_stop is not None and should_stop() else None
+            if why is None and time.monotonic() < deadline:
+                continue
+            process.kill()
+            process.communicate()
+            if why:
+                return RunResult("error", error=f"rank {rank}: {STOPPED}")
+            return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
+    if process.returncode != 0:
+        return RunResult("error", error=f"rank {rank}: {_last_error(stderr)}")
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def _last_error(stderr: str) -> str:

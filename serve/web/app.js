@@ -424,6 +424,7 @@ async function select(index) {
   $("detail").hidden = false;
   $("detail-title").textContent = `Plan ${index + 1}: ${planText(r)}`;
   $("detail-summary").textContent = "taking the plan apart…";
+  state.explained = null; $("verify").disabled = true; $("verify-result").textContent = "";
   $("memory-chart").innerHTML = ""; $("timeline").removeAttribute("src");
   const workload = { ...state.request.workload, micro_batch_size: r.micro_batch_size, float8: r.float8 };
   const reply = await fetch("/explain", { method: "POST", headers: { "Content-Type": "application/json" },
@@ -437,8 +438,35 @@ async function select(index) {
     `(compute ${s.compute_s.toFixed(2)} s, exposed communication ${s.exposed_comm_s.toFixed(2)} s, ` +
     `bubble ${s.bubble_s.toFixed(2)} s) and ${fmtGiB(s.peak_mem_bytes)}`;
   drawMemory(body);
+  state.explained = { workload, plan: r.plan, prediction: body.prediction };
+  $("verify").disabled = false;
+  $("verify-result").textContent = "";
   $("timeline-note").textContent = body.timeline;
   $("timeline").src = `data:image/png;base64,${body.timeline_png}`;
+}
+
+// the chosen plan traced under fake tensors (POST /verify): the page stays usable while it runs
+async function verifyPlan() {
+  const index = state.selected, chosen = state.explained;
+  if (!chosen) return;
+  $("verify").disabled = true;
+  $("verify-result").textContent = "tracing the plan under fake tensors…";
+  const reply = await fetch("/verify", { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ workload: chosen.workload, cluster: state.request.cluster, plans: [chosen.plan] }) });
+  const body = await reply.json();
+  if (state.selected !== index) return;
+  $("verify").disabled = false;
+  if (!reply.ok) {
+    $("verify-result").textContent = Array.isArray(body.detail) ? body.detail.map((d) => d.msg).join("; ") : String(body.detail);
+    return;
+  }
+  const v = body.plans[0];
+  if (v.status !== "ok") { $("verify-result").textContent = `not traced (${v.status}): ${v.error || ""}`; return; }
+  const stages = v.traced_peak_per_stage_bytes.map(fmtGiB).join(", ");
+  $("verify-result").textContent = `traced peak ${fmtGiB(v.traced_peak_bytes)} (per stage: ${stages}) in ` +
+    `${v.wall_s.toFixed(0)} s; predicted ${fmtGiB(v.prediction.peak_mem_bytes)} ` +
+    `(${v.within_interval ? "inside" : "outside"} its 80% interval); ` +
+    `${v.traced_fits ? "fits" : "does not fit"} in ${fmtGiB(body.capacity_bytes)}, before ${body.unseen}`;
 }
 
 const PART_COLORS = { weights: "#1f6feb", gradients: "#8250df", optimizer: "#bf8700", buffers: "#57606a", activations: "#2da44e" };
@@ -493,6 +521,7 @@ async function main() {
   $("nodes").oninput = fillHardware; $("per-node").oninput = fillHardware;
   $("request").onsubmit = run;
   $("cancel").onclick = cancel;
+  $("verify").onclick = verifyPlan;
   if (params.get("run") === "1") run();
 }
 

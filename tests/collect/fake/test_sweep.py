@@ -72,3 +72,8 @@ def test_a_deep_pipeline_of_many_microbatches_is_extrapolated_both_ways_to_its_w
     assert extra["traced_depths"] == [3, 4, 5] and extra["traced_microbatches"] == [3, 5]
     whole = [_trace_rank(spec, rank, 600)[0]["peak_mem_bytes"] for rank in extra["traced_ranks"]]
     assert result.peak_mem_bytes_per_rank == pytest.approx(whole, rel=1e-6, abs=64)
+
+
+def test_a_trace_told_to_stop_is_killed_and_says_so():
+    result, extra = trace_point(tiny_spec(dp=2), timeout_s=600, should_stop=lambda: True)
+    assert result.status == "error" and "rank 0: stopped before it was traced" in result.error and extra == {}
