@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from collect.schema import DTYPE_BYTES, Plan, Workload
 from gnn.costs.gpu import QUANTISED_BYTES
-from gnn.costs.layers import layer_shape
+from gnn.costs.layers import layer_matrices, layer_shape
 
 FP32_BYTES = 4  # an fp32 master weight or gradient
 
@@ -197,6 +197,19 @@ def gathered_expert_room(w: Workload, plan: Plan) -> float:
     rank's shard padded to the first's (1 where the shards are even)."""
     group = plan.data_ranks // plan.ep if plan.ep > 1 else plan.data_ranks
     return fsdp_expert_share(w, plan) * max(group, 1)
+
+
+def gathered_layer_room(w: Workload, plan: Plan) -> float:
+    """FSDP2's all-gather of a layer's weights (routed experts aside) as a multiple of their bytes. A weight of r
+    rows over n ranks is gathered as n x ceil(r / n) rows, and the unsharded weight is a view of that buffer
+    (torch.distributed.fsdp._fully_shard._fsdp_param.init_unsharded_param), holding the padding as long as it is
+    gathered: 1 where every r divides by n; 4 for a 4,096-row weight over 16,384 ranks, 2,048 for an 8-expert
+    router."""
+    n = plan.data_ranks
+    if not plan.fsdp_enabled or n == 1:
+        return 1.0
+    matrices = layer_matrices(w, plan)
+    return sum(n * math.ceil(r / n) * c for r, c in matrices) / sum(r * c for r, c in matrices)
 
 
 def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:

@@ -125,3 +125,27 @@ def _packed_qkv_bytes(q: float, kv: float, t: int, plan: Plan) -> float:
 def _mlp(d: int, ffn: int, t: int) -> float:
     """Weights of one SwiGLU MLP on a tp rank (and its forward FLOPs per token: twice that)."""
     return 3 * d * ffn / t
+
+
+def layer_matrices(w: Workload, plan: Plan) -> list[tuple[float, float]]:
+    """(rows, columns) of each weight of one layer on a tp rank, rows being the dimension FSDP shards: the collector's
+    modules (collect.workloads) under its tensor-parallel plan (collect.parallel.tp: q, k, v, w1 and w3 split by
+    rows, wo and w2 by columns). A MoE layer's routed experts are left out (gnn.costs.analytic.fsdp_expert_share)."""
+    d, t = w.hidden, plan.tp
+    if w.family == "gpt":
+        split = [(d / t, d)] * 3 + [(4 * d / t, d)] + [(d / t, 1)] * 3 + [(4 * d / t, 1)]  # with their biases
+        return split + [(d, d / t), (d, 4 * d / t)] + [(d, 1)] * 6  # wo and w2 with theirs, two LayerNorms
+    a = w.attention
+    if w.mla:
+        qk, lora = w.qk_nope_head_dim + w.qk_rope_head_dim, w.kv_lora_rank
+        query = [(w.q_lora_rank, d), (w.q_lora_rank, 1), (w.heads * qk / t, w.q_lora_rank)] if w.q_lora_rank else []
+        attention = (query or [(w.heads * qk / t, d)]) + [(lora + w.qk_rope_head_dim, d), (lora, 1)]
+        attention += [(w.heads * (w.qk_nope_head_dim + w.v_head_dim) / t, lora), (d, a.out / t)]
+    else:
+        attention = [(a.q / t, d), (a.k / t, d), (a.v / t, d), (d, a.out / t)]
+    if w.family == "moe":
+        shared = w.shared_experts * w.expert_ffn_hidden
+        mlp = [(w.experts, d)] + ([(d, shared), (d, shared), (shared, d)] if shared else [])
+    else:
+        mlp = [(w.dense_ffn / t, d), (w.dense_ffn / t, d), (d, w.dense_ffn / t)]
+    return attention + mlp + [(d, 1), (d, 1)]  # the two RMSNorms

@@ -8,7 +8,15 @@ allocate, keep and free them; the simulator replays them for the peak.
 from __future__ import annotations
 
 from collect.schema import Plan, Workload
-from gnn.costs.analytic import BlockCosts, dtype_bytes, gathered_expert_room, stage_params, state_bytes, stepped_params
+from gnn.costs.analytic import (
+    BlockCosts,
+    dtype_bytes,
+    gathered_expert_room,
+    gathered_layer_room,
+    stage_params,
+    state_bytes,
+    stepped_params,
+)
 
 
 class StageMemory:
@@ -63,12 +71,16 @@ class StageMemory:
         return stage_params(self.w, self.plan, self.c, stage, self.stage_layers[stage])
 
     def stage_bytes(self, stage: int) -> float:
-        """The stage's weights as FSDP gathers them: whole, but routed experts sharded with the rest of a block over
-        more ranks than experts are gathered with every rank's padding (fsdp_expert_share: Qwen3-235B's 128
-        experts over 16,384 ranks gather 16,384 experts' room, 128 times their bytes)."""
+        """The stage's weights as FSDP gathers them: whole, with every rank's padding: routed experts sharded with the
+        rest of a block over more ranks than experts (fsdp_expert_share: Qwen3-235B's 128 experts over 16,384 ranks
+        gather 16,384 experts' room, 128 times their bytes), and any weight with fewer rows than ranks, or rows not
+        divisible by them (gathered_layer_room)."""
         experts = self.expert_params(stage)
         padded = experts * gathered_expert_room(self.w, self.plan) if experts and self.plan.fsdp_enabled else experts
-        return (self.params(stage) - experts + padded) * dtype_bytes(self.w)
+        # the blocks' other weights, padded as FSDP2 gathers them (the embedding and head are left as they are)
+        blocks = self.stage_layers[stage] * self.c.layer_params - experts
+        padding = blocks * (gathered_layer_room(self.w, self.plan) - 1)
+        return (self.params(stage) - experts + padded + padding) * dtype_bytes(self.w)
 
     def unit_bytes(self, stage: int) -> float:
         """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
