@@ -2,11 +2,12 @@
 
 A plan is verified by tracing the first rank of each pipeline stage in a process of its own (collect.fake.sweep
 .trace_point). A stage's trace costs about the same whatever the world size (FSDP makes only the chunks it reads)
-and the depth (a deep stack is traced at three shallow depths), and more for a mixture of experts (an operation
-per local expert) and for a plan of many micro-batches (traced at two counts). STAGE_SECONDS is the 90th percentile
-of the wall seconds per stage of the full-size sweeps in data/fake (fake-full-v1 and fake-full-nopp-v1, 116
-depth-extrapolated plans of 8B-671B models on 8-16,384 ranks, two traces at once on this 2-core machine), by those
-two traits: an upper bound for most plans, not a mean.
+and the depth (a deep stack is traced at three shallow depths), and grows with the micro-batches it runs (a plan of
+many is traced at two counts, collect.fake.sweep.sampled_counts: pp + 1 and 2 pp + 1 for a pipeline), more steeply
+for a mixture of experts (an operation per local expert). STAGE_SECONDS is a line through the wall seconds per stage
+of the full-size sweeps in data/fake against those micro-batches (fake-full-v1 and fake-full-nopp-v1, 252
+depth-extrapolated plans of 8B-671B models on 8-16,384 ranks, two traced at once on this 2-core machine), times
+the 90th percentile of measured over fitted: an upper bound for most plans, not a mean.
 """
 
 from __future__ import annotations
@@ -14,16 +15,11 @@ from __future__ import annotations
 from collect.fake.sweep import sampled_counts
 from collect.schema import RunSpec
 
-# (a mixture of experts, traced at two micro-batch counts) -> wall seconds per stage, p90 (median in the comment)
-STAGE_SECONDS = {
-    (False, False): 11.0,  # median 8.7
-    (False, True): 26.0,  # median 20.4
-    (True, False): 50.0,  # median 19.7
-    (True, True): 162.0,  # median 35.0
-}
+# a mixture of experts -> (seconds, seconds per micro-batch traced) of a stage, and the p90 of measured over the line
+STAGE_SECONDS = {False: (3.0, 4.8, 1.5), True: (26.7, 7.5, 1.8)}
 WALL_FACTOR = 3.0  # a plan's traces get this multiple of its estimate (at least MIN_PLAN_S) before they are stopped
 MIN_PLAN_S = 60.0
-HTTP_SECONDS = 300.0  # POST /verify: a plan or two of the largest dense models, one pipelined MoE of a few stages
+HTTP_SECONDS = 300.0  # POST /verify: a few unpipelined plans, or one of a few stages
 CLI_SECONDS = 3600.0  # python -m serve verify on one's own machine (--budget-s)
 MAX_PLANS = 16  # plans one request may verify
 
@@ -33,9 +29,11 @@ class VerifyRefused(ValueError):
 
 
 def plan_seconds(spec: RunSpec) -> float:
-    """A plan's estimated wall seconds to trace: each stage's at STAGE_SECONDS."""
-    kind = (spec.workload.family == "moe", sampled_counts(spec) is not None)
-    return spec.plan.pp * STAGE_SECONDS[kind]
+    """A plan's estimated wall seconds to trace: each stage's at STAGE_SECONDS, for the micro-batches it runs."""
+    base, per_microbatch, p90 = STAGE_SECONDS[spec.workload.family == "moe"]
+    counts = sampled_counts(spec)
+    microbatches = sum(counts) if counts else spec.plan.num_microbatches
+    return spec.plan.pp * p90 * (base + per_microbatch * microbatches)
 
 
 def plan_timeout(estimate_s: float) -> float:
