@@ -1,9 +1,9 @@
 """python -m serve verify SPEC.json [--model URI] [--budget-s 3600] [--json]
 
 The plans of a predict request (the same file python -m serve predict reads) traced under fake tensors, one after
-another, each printed as it ends: the model's predicted peak and interval, the traced peak of the busiest stage, and
-whether the trace fits. --json prints serve.verify.run.VerifyResponse instead. Bad input, or plans estimated over
-the budget, exit 2 saying why.
+another: the model's predicted peak and interval, the traced peak of the busiest stage, that peak with what a GPU
+adds (serve.verify.run.on_device), and whether it fits. --json prints serve.verify.run.VerifyResponse instead.
+Bad input, or plans estimated over the budget, exit 2 saying why.
 """
 
 from __future__ import annotations
@@ -41,12 +41,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def table(response: VerifyResponse) -> str:
     """One line per plan: predicted and traced peak, the ratio, and the verdicts."""
-    head = f"{'plan':>4}  {'predicted GiB (80%)':<22} {'traced GiB':>10} {'pred/traced':>11}  {'in 80%':<6} fits  took"
+    head = f"{'plan':>4}  {'predicted GiB (80%)':<22} {'traced GiB':>10} {'on GPU':>7} {'pred/GPU':>8}"
+    head += f"  {'in 80%':<6} fits  took"
     lines = [head]
     for i, p in enumerate(response.plans, 1):
         lines.append(f"{i:>4}  {_predicted(p):<22} {_traced(p)}")
     capacity = response.capacity_bytes / GiB
-    lines.append(f"device memory {capacity:.1f} GiB; a trace does not count {response.unseen}")
+    lines.append(f"device memory {capacity:.1f} GiB; 'on GPU' adds to the trace what a GPU adds at the median; "
+                 f"not counted: {response.unseen}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -57,7 +59,8 @@ def _predicted(p: VerifiedPlan) -> str:
 
 def _traced(p: VerifiedPlan) -> str:
     if p.status != "ok":
-        return f"{'-':>10} {'-':>11}  {p.status}: {p.error or 'the budget was spent'}"
+        return f"{'-':>10} {'-':>7} {'-':>8}  {p.status}: {p.error or 'the budget was spent'}"
     took = f"{p.wall_s:.0f} s" if p.wall_s is not None else ""
     inside, fits = "yes" if p.within_interval else "no", "yes" if p.traced_fits else "no"
-    return f"{p.traced_peak_bytes / GiB:>10.1f} {p.predicted_over_traced:>11.2f}  {inside:<6} {fits:<4}  {took}"
+    traced, on_gpu, ratio = p.traced_peak_bytes / GiB, p.traced_on_gpu_bytes / GiB, p.predicted_over_traced
+    return f"{traced:>10.1f} {on_gpu:>7.1f} {ratio:>8.2f}  {inside:<6} {fits:<4}  {took}"

@@ -1,0 +1,76 @@
+"""The served model's peak memory against the fake-tensor traces of full-size plans (data/fake), which it never
+trained on: the question a planner asks first, "does it fit", asked of 8B-671B models on up to 16,384 H100s.
+
+    python -m experiments.memory.served_vs_fake [--model models:/plansight@champion] [--fake data/fake]
+
+Each traced plan is predicted on the H100 preset (the sweeps' cluster) and its predicted peak, its 80% interval and
+its fits verdict set beside the traced peak. A trace counts the collector's own code exactly but not what only the
+hardware adds, so each is compared twice: as traced, and with what an H100 adds at the median
+(serve.verify.run.on_device: the allocator's reserve and 1.3 GiB outside it), which is what the served model's GPU
+rows measured. By family, model and world size: median APE, p90, bias (geometric mean of predicted over traced), the
+share of traces inside the 80% interval, and how often the predicted verdict agrees with the trace's (within the
+device's memory). Writes experiments/results/served_vs_fake.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from collect import REPO
+from experiments.memory.simulator_vs_fake import fake_rows
+from serve.api import load_predictor
+from serve.verify.run import on_device
+
+GROUPS = ["family", "model", "world_size"]
+
+
+def compared(rows: pd.DataFrame, predicted: pd.DataFrame, on_gpu: bool) -> pd.DataFrame:
+    traced, capacity = rows["peak_mem_bytes"].astype(float), rows["memory_bytes"].astype(float)
+    traced = traced.map(lambda b: on_device(b, "cuda")) if on_gpu else traced
+    model = rows["family"] + " " + rows["layers"].astype(str) + "x" + rows["hidden"].astype(str)
+    return pd.DataFrame(
+        {
+            "family": rows["family"],
+            "model": model,
+            "world_size": rows["world_size"],
+            "error": predicted["peak_mem_bytes"].to_numpy() / traced - 1,
+            "inside": (predicted["peak_mem_lo_bytes"].to_numpy() <= traced)
+            & (traced <= predicted["peak_mem_hi_bytes"].to_numpy()),
+            "verdict_agrees": predicted["fits"].to_numpy() == (traced <= capacity),
+        },
+        index=rows.index,
+    )
+
+
+def stats(frame: pd.DataFrame) -> dict:
+    a = frame["error"].abs()
+    return {"n": int(len(frame)), "median_ape": float(a.median()), "p90_ape": float(np.quantile(a, 0.9)),
+            "bias": float(np.exp(np.log1p(frame["error"]).mean())), "coverage_80": float(frame["inside"].mean()),
+            "verdict_agrees": float(frame["verdict_agrees"].mean())}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="models:/plansight@champion")
+    parser.add_argument("--fake", default=str(REPO / "data" / "fake"))
+    parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "served_vs_fake.json"))
+    args = parser.parse_args(argv)
+    rows = fake_rows(Path(args.fake)).reset_index(drop=True)
+    rows = rows.assign(fingerprint_id=rows["fingerprint_id"].fillna("h100-80gb"))
+    predicted, report = load_predictor(args.model).predict_rows(rows), {"model": args.model, "plans": len(rows)}
+    for name, on_gpu in (("as_traced", False), ("on_gpu", True)):
+        frame = compared(rows, predicted, on_gpu)
+        report[name] = {**stats(frame), **{f"by_{g}": {str(k): stats(f) for k, f in frame.groupby(g)} for g in GROUPS}}
+        shown = {k: v for k, v in report[name].items() if k in ("median_ape", "bias", "coverage_80", "by_family")}
+        print(name, json.dumps(shown, indent=1))
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
