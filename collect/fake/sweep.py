@@ -147,6 +147,8 @@ def _trace_rank(spec: RunSpec, rank: int, timeout_s: float, counts=None, depths=
             if why:
                 return RunResult("error", error=f"rank {rank}: {STOPPED}")
             return RunResult("timeout", error=f"rank {rank}: not traced within the plan's time")
+    if process.returncode < 0:  # killed from outside (the OOM killer, a stop): say so, not its last line
+        return RunResult("error", error=f"rank {rank}: killed by signal {-process.returncode}")
     if process.returncode != 0:
         return RunResult("error", error=f"rank {rank}: {_last_error(stderr)}")
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
