@@ -244,6 +244,9 @@ def _cases(openapi: dict, rng: random.Random):
         "/search": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3},
         "/searches": {"workload": WORKLOAD, "cluster": CLUSTER, "trials": 3},
         "/explain": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN]},
+        # twelve plans: over POST /verify's budget, so the fuzz reaches its validation and its refusal, and no
+        # mutation starts minutes of traces (tests/serve/verify runs them)
+        "/verify": {"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLAN] * 12},
     }
     targets = {
         path: list(_fields(ops["post"]["requestBody"]["content"]["application/json"]["schema"], components))
