@@ -46,7 +46,7 @@ from gnn.model.ensemble import DEFAULT_AGGREGATE, Ensemble
 from gnn.predictors.registry import BASELINE_NAMES, REGISTRY
 from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, gate, train_ensemble
 from gnn.tracking.runs import setup
-from gnn.tracking.scoring import ensemble_records, score
+from gnn.tracking.scoring import FAKE, ensemble_records, score, scored_domain
 
 CACHE = REPO / "build" / "evaluate"
 
@@ -133,7 +133,7 @@ def evaluate_gnn(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig, name
             r["split"] = "random"
     if split == SERVING_SPLIT:
         rows, pred = frames["test"]
-        for domain, group in rows.groupby("domain"):
+        for domain, group in rows.groupby(scored_domain(rows)):
             base = {"predictor": name, "domain": domain, "split": "random"}
             records += per_family(group, pred.loc[group.index], base)
     cached.write_text(json.dumps(records))
@@ -155,7 +155,7 @@ def noise_records(meta: pd.DataFrame, splits: dict) -> list[dict]:
             # memory is not exact either: FSDP's peaks move with when gloo's asynchronous collectives free buffers
             for target, column in (("time", "iter_time_s"), ("memory", "peak_mem_bytes")):
                 records.append(_floor_record("noise_floor", noise_floor(test, column), domain, name, target))
-        elif domain not in ("cpu", "all"):
+        elif domain not in ("cpu", "all", FAKE):  # a fake trace has no time to have twins in
             floor = noise_floor(test.assign(twin_group=twin_groups(test)), "iter_time_s", "twin_group")
             if floor["measurements"].iloc[0] >= MIN_TWINS:
                 records.append(_floor_record("twin_floor", floor, domain, name, "time"))

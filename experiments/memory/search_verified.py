@@ -7,7 +7,7 @@ searches it, but over the plans the collector runs, so that each can be traced (
 and no context parallelism (the collector has no FP8 path, and torch's context parallelism does not shard the
 CPU's attention). The search's best plans are traced one after another (serve.verify.run), and
 experiments/results/search_verified.json gets each plan, its prediction, its trace, the trace with what a GPU adds
-at the median (serve.verify.run.on_device) and the prediction over that.
+at the median (collect.fake.device.on_device) and the prediction over that.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ trained on: the question a planner asks first, "does it fit", asked of 8B-671B m
 Each traced plan is predicted on the H100 preset (the sweeps' cluster) and its predicted peak, its 80% interval and
 its fits verdict set beside the traced peak. A trace counts the collector's own code exactly but not what only the
 hardware adds, so each is compared twice: as traced, and with what an H100 adds at the median
-(serve.verify.run.on_device: the allocator's reserve and 1.3 GiB outside it), which is what the served model's GPU
+(collect.fake.device.on_device: the allocator's reserve and 1.3 GiB outside it), which is what the served model's GPU
 rows measured. By family, model and world size: median APE, p90, bias (geometric mean of predicted over traced), the
 share of traces inside the 80% interval, and how often the predicted verdict agrees with the trace's (within the
 device's memory). Writes experiments/results/served_vs_fake.json.
@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from collect import REPO
-from experiments.memory.simulator_vs_fake import fake_rows
+from collect.fake.device import on_device
+from gnn.dataset.rows import load_fake
 from serve.api import load_predictor
-from serve.verify.run import on_device
 
 GROUPS = ["family", "model", "world_size"]
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fake", default=str(REPO / "data" / "fake"))
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "served_vs_fake.json"))
     args = parser.parse_args(argv)
-    rows = fake_rows(Path(args.fake)).reset_index(drop=True)
+    rows = load_fake(Path(args.fake)).reset_index(drop=True)
     rows = rows.assign(fingerprint_id=rows["fingerprint_id"].fillna("h100-80gb"))
     predicted, report = load_predictor(args.model).predict_rows(rows), {"model": args.model, "plans": len(rows)}
     for name, on_gpu in (("as_traced", False), ("on_gpu", True)):

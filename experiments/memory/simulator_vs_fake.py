@@ -19,22 +19,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from collect import REPO
-from collect.store import ResultStore
 from gnn.costs.hardware import hardware_model
-from gnn.dataset.rows import row_to_spec
+from gnn.dataset.rows import load_fake, row_to_spec
 from gnn.sim.truncate import simulate_plan
 
 GROUPS = ["family", "model", "sharding", "recompute", "sequence_parallel", "pipelined"]
-
-
-def fake_rows(folder: Path) -> pd.DataFrame:
-    # every sweep's store, compacted or still journalling (collect.fake.sweep writes <name>.sweep.json first)
-    stores = [
-        ResultStore(p.with_name(p.name.removesuffix(".sweep.json") + ".parquet")) for p in folder.glob("*.sweep.json")
-    ]
-    frames = [store.load() for store in sorted(stores, key=lambda s: s.parquet_path)]
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return rows[(rows["status"] == "ok") & (rows["peak_mem_method"] == "fake")] if len(rows) else rows
 
 
 def simulated(rows: pd.DataFrame, hardware: str) -> pd.Series:
@@ -70,7 +59,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hardware", default="h100-80gb")
     parser.add_argument("--out", default=str(REPO / "experiments" / "results" / "simulator_vs_fake.json"))
     args = parser.parse_args(argv)
-    rows = fake_rows(Path(args.fake))
+    rows = load_fake(Path(args.fake))
     error = simulated(rows, args.hardware) / rows["peak_mem_bytes"] - 1
     report = summarise(rows, error)
     with open(args.out, "w") as f:

@@ -1,8 +1,9 @@
-"""The graph dataset: one execution graph per measured row of data/runs.
+"""The graph dataset: one execution graph per measured row of data/runs, and per full-size plan traced under fake
+tensors in data/fake (its peak with what a GPU adds, gnn.dataset.rows.fake_as_gpu_rows; no time).
 
     python -m gnn.dataset          # build (or load the cached) dataset and print its size
 
-Targets: log iteration time, log peak memory (NaN where not measured, e.g. the
+Targets: log iteration time (NaN for the fake traces), log peak memory (NaN where not measured, e.g. the
 vTrain rows) and the oom label. Each graph also carries the row's index into
 ``PlanGraphs.meta``, a DataFrame of the rows with their flat features and
 simulator outputs, used for splitting and by the baselines. Processing runs
@@ -28,8 +29,20 @@ from collect.hardware.records import PRESET_DIR
 from collect.schema import RunSpec
 from gnn.costs.hardware import HardwareModel, hardware_model
 from gnn.dataset.featurize import featurize_arrays
-from gnn.dataset.rows import load_runs, measured_pp_rank, row_to_spec
+from gnn.dataset.rows import (
+    fake_as_gpu_rows,
+    fake_stores,
+    load_fake,
+    load_runs,
+    measured_pp_rank,
+    row_to_spec,
+    with_domain,
+)
 from gnn.dataset.sources import source_files
+
+
+def _log_or_nan(value) -> float:
+    return math.log(value) if value is not None and value == value else float("nan")
 
 
 def _cache_key(paths: list[Path], hardware_dir: Path) -> str:
@@ -62,10 +75,12 @@ def featurize(row, hardware_dir: str = "data/hardware") -> tuple[Data, dict]:
 
 
 class PlanGraphs(InMemoryDataset):
-    def __init__(self, root: str | Path = REPO / "data", runs: list[str | Path] | None = None):
+    def __init__(self, root: str | Path = REPO / "data", runs: list[str | Path] | None = None, fake: bool = True):
         self.runs = [Path(p) for p in (runs or sorted((Path(root) / "runs").glob("*.parquet")))]
+        self.fake_dir = Path(root) / "fake" if fake else None
+        stores = fake_stores(self.fake_dir) if fake else []
         self.hardware_dir = str(Path(root) / "hardware")
-        self.key = _cache_key(self.runs, Path(self.hardware_dir))
+        self.key = _cache_key(self.runs + [p for p in stores if p.exists()], Path(self.hardware_dir))
         super().__init__(str(root), log=False)  # our own progress bar says what it builds
         self.load(self.processed_paths[0])
         self.meta = pd.read_parquet(self.processed_paths[1])
@@ -75,15 +90,14 @@ class PlanGraphs(InMemoryDataset):
         return [f"plan_graphs-{self.key}.pt", f"plan_graphs-{self.key}.meta.parquet"]
 
     def process(self) -> None:
-        df = load_runs(self.runs)
+        fake = fake_as_gpu_rows(load_fake(self.fake_dir)) if self.fake_dir else pd.DataFrame()
+        df = pd.concat([load_runs(self.runs), with_domain(fake)] if len(fake) else [load_runs(self.runs)])
+        df = df.reset_index(drop=True)
         graphs, metas = [], []
         start = time.perf_counter()
         for i, row in enumerate(tqdm(df.to_dict("records"), desc="building graphs", unit="graph")):
             data, flat = featurize(row, self.hardware_dir)
-            mem = row.get("peak_mem_bytes")
-            data.y = torch.tensor(
-                [[math.log(row["iter_time_s"]), math.log(mem) if mem is not None and mem == mem else float("nan")]]
-            )
+            data.y = torch.tensor([[_log_or_nan(row.get("iter_time_s")), _log_or_nan(row.get("peak_mem_bytes"))]])
             data.oom = torch.tensor([float(row["status"] == "oom")])
             data.row = torch.tensor([i])
             graphs.append(data)

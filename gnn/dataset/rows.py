@@ -9,9 +9,11 @@ back to the data.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
+from collect.fake.device import on_device
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.schema.plan import CLUSTER_LATER_FIELDS
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
@@ -19,6 +21,7 @@ from collect.schema.workload import LATER_FIELDS
 from collect.store import ResultStore
 
 ASSUMED_VOCAB = 51200  # Megatron's padded GPT-2 vocabulary, the default of the framework vTrain measured
+FAKE_FINGERPRINT = "h100-80gb"  # the preset the full-size fake sweeps name (collect/sweeps/fake-*.yaml)
 ASSUMED_DTYPE = "bfloat16"  # A100 Megatron runs use 16-bit training; the source does not say which
 
 
@@ -94,14 +97,61 @@ def measured_pp_rank(row) -> int | None:
     return None if rank is None else int(rank)
 
 
+def fake_stores(folder: Path) -> list[Path]:
+    """The Parquet path of every fake sweep in ``folder``, found by its sweep file (collect.fake.sweep writes
+    <name>.sweep.json first: a sweep still journalling has no Parquet yet)."""
+    return [p.with_name(p.name.removesuffix(".sweep.json") + ".parquet") for p in sorted(folder.glob("*.sweep.json"))]
+
+
+def load_fake(folder: Path) -> pd.DataFrame:
+    """The fake-tensor traces of every sweep in ``folder``, compacted or still journalling, as traced: per-rank peaks
+    of the collector's own code at full size, no time. One row per plan."""
+    frames = [ResultStore(p).load() for p in fake_stores(folder)]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if rows.empty:
+        return rows
+    rows = rows[(rows["status"] == "ok") & (rows["peak_mem_method"] == "fake")]
+    return rows.drop_duplicates("run_id", keep="last").reset_index(drop=True)
+
+
+def fake_as_gpu_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Fake traces as rows to learn GPU memory from: each peak with what a GPU adds at the median
+    (collect.fake.device.on_device; the trace's own peak kept as ``traced_peak_mem_bytes``), on the sweeps' H100
+    preset, labelled oom where that exceeds the device. They are still ``peak_mem_method: fake``, and their time is
+    missing: a time consumer takes the rows where it is known."""
+    if rows.empty:
+        return rows
+    gpu = rows["peak_mem_bytes"].astype(float).map(lambda b: on_device(b, "cuda"))
+    return rows.assign(
+        traced_peak_mem_bytes=rows["peak_mem_bytes"],
+        peak_mem_bytes=gpu,
+        status=["oom" if b > m else "ok" for b, m in zip(gpu, rows["memory_bytes"].astype(float))],
+        fingerprint_id=rows["fingerprint_id"].fillna(FAKE_FINGERPRINT),
+        iter_time_s=float("nan"),
+    )
+
+
+def has_time(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose iteration time was measured (a fake trace has none)."""
+    return rows["iter_time_s"].notna()
+
+
+def has_memory(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose peak memory was measured or traced (vTrain's and most published rows have none)."""
+    return rows["peak_mem_bytes"].notna() & (rows["peak_mem_bytes"] > 0)
+
+
 def load_runs(paths) -> pd.DataFrame:
     """All measured plan rows (reference probes and failed runs excluded), with a domain column."""
     frames = [ResultStore(p).load() for p in paths]  # Parquet plus rows still in a sweep's journal
     df = pd.concat(frames, ignore_index=True)
     df = df[df["status"].isin(["ok", "oom"]) & ~df["is_reference"].fillna(False).astype(bool)]
     df = drop_superseded(df[df["iter_time_s"].notna()]).reset_index(drop=True)
-    df["domain"] = [domain_of(device, kind) for device, kind in zip(df["device"], df["device_kind"])]
-    return df
+    return with_domain(df)
+
+
+def with_domain(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(domain=[domain_of(device, kind) for device, kind in zip(df["device"], df["device_kind"])])
 
 
 CURRENT_CPU_METHOD = "counting-allocator"  # the CPU protocol of cpu-v3 on (data/README.md)

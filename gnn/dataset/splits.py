@@ -12,6 +12,11 @@ published runs, each MoE architecture and the block-scaled precisions (workload_
 hash-slice of what is not test.
 ``all/random`` is the union of the domains' random splits: the served model (the champion) is trained on it, so
 one model predicts CPU and GPU plans, and its test rows are exactly those of the domains' random splits.
+
+The full-size fake traces (memory only, gnn.dataset.rows.fake_as_gpu_rows) are never a measured split's test:
+they are trained on (and validated on) in every split of their GPU's rows and in ``all/random``, whose test holds
+a random 15% of them too; ``fake/held_out_model-<name>`` tests the served model's memory on the traces of each
+family's largest model, trained on ``all/random`` and every other model's traces: a model size it never saw.
 """
 
 from __future__ import annotations
@@ -78,8 +83,44 @@ def sitting_tests(d: pd.DataFrame) -> dict[str, pd.Series]:
     return {f"held_out_sitting-{t}": sweeps.str.startswith(SITTING_PREFIX) & (tag == t) for t in tags}
 
 
+def is_fake(meta: pd.DataFrame) -> pd.Series:
+    """Rows of a fake-tensor trace (collect.fake), not a measured run."""
+    return meta["peak_mem_method"].eq("fake") if "peak_mem_method" in meta else pd.Series(False, index=meta.index)
+
+
+def fake_model(rows: pd.DataFrame) -> pd.Series:
+    """A traced model's name from its family and size in whole billions: llama-70b, moe-671b."""
+    return rows["family"] + "-" + (rows["num_params"].astype(float) // 1e9).astype(int).astype(str) + "b"
+
+
 def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     """{"cpu/random": {"train": idx, "val": idx, "test": idx}, ...}; indices into meta."""
+    fake = is_fake(meta)
+    splits = measured_splits(meta[~fake])
+    if not fake.any():
+        return splits
+    traces = meta[fake]
+    parts = {k: traces.index.to_numpy()[v] for k, v in _split(traces, random_test(traces["run_id"]), "fake").items()}
+    learned = {"train": np.concatenate([parts["train"], parts["test"]]), "val": parts["val"]}
+    gpus = set(traces["domain"].astype(str))
+    for name, split in splits.items():
+        if name == SERVING_SPLIT or name.split("/", 1)[0] in gpus:
+            own = parts if name == SERVING_SPLIT else {**learned, "test": np.array([], dtype=int)}
+            splits[name] = {k: np.sort(np.concatenate([split[k], own[k]])) for k in ("train", "val", "test")}
+    serving, models = splits[SERVING_SPLIT], fake_model(traces)
+    largest = traces.groupby("family")["num_params"].transform("max") == traces["num_params"]
+    for model in sorted(models[largest].unique()):
+        held = models.index[models == model].to_numpy()
+        splits[f"fake/held_out_model-{model}"] = {
+            "train": np.setdiff1d(np.concatenate([serving["train"], parts["test"]]), held),
+            "val": np.setdiff1d(serving["val"], held),
+            "test": held,
+        }
+    return splits
+
+
+def measured_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """The splits of the measured runs (no fake trace among ``meta``'s rows)."""
     splits = {}
     for domain, df in meta.groupby("domain"):
         if domain in UNMEASURED_GPUS:

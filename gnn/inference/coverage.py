@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from collect.schema import RunSpec
-from gnn.predictors.base import has_memory
+from gnn.dataset.rows import has_memory, has_time
 
 # numeric quantities whose trained range is recorded: model shape and size, scale, the parallel degrees
 RANGED = ("num_params", "layers", "hidden", "seq_len", "micro_batch_size", "world_size", "dp", "tp", "pp")
@@ -30,11 +30,15 @@ LISTED = ("family",)  # categories: a value never trained on is outside
 def training_range(rows: pd.DataFrame) -> dict[str, dict]:
     """{domain: {"runs": n, quantity: [lo, hi], "family": [values], "memory": {the same over the rows with a
     measured peak}}} over the rows a model was trained on. Memory has its own range because its correction is
-    learned only where a peak was measured: the NeMo H100 rows carry time alone, vTrain's A100 rows too."""
+    learned only where a peak was measured: the NeMo H100 rows carry time alone, vTrain's A100 rows too; time's is
+    over the rows with a measured time (a full-size fake trace has a peak only)."""
     ranges = {}
     for domain, group in rows.groupby("domain"):
         measured = group[has_memory(group)] if "peak_mem_bytes" in group else group.iloc[:0]
-        ranges[str(domain)] = _ranges(group) | {"memory": _ranges(measured) if len(measured) else {"runs": 0}}
+        timed = group[has_time(group)]
+        ranges[str(domain)] = (_ranges(timed) if len(timed) else {"runs": 0}) | {
+            "memory": _ranges(measured) if len(measured) else {"runs": 0}
+        }
     return ranges
 
 

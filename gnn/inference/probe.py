@@ -132,7 +132,7 @@ def shift_prior(meta: pd.DataFrame) -> np.ndarray:
     robust sd of plans about their (sitting, world size) median. NaN where no machine has MIN_SITTINGS sittings
     sharing MIN_SHARED_PLANS plans (the GPU rows: one sitting per source)."""
     out = np.full((2, 3), np.nan)
-    ok = meta[(meta["status"] == "ok") & meta["fingerprint_id"].notna()]
+    ok = meta[(meta["status"] == "ok") & meta["fingerprint_id"].notna() & meta["iter_time_s"].notna()]
     for cls, rows in ok.groupby(ok["device"] == "cuda"):
         per = rows.groupby(["run_id", "fingerprint_id", "world_size"])["iter_time_s"].median().map(math.log)
         per = per.rename("x").reset_index()

@@ -76,6 +76,9 @@ def load(path: str | Path, recalibrate: bool = False) -> tuple[Ensemble, dict]:
         raise ValueError(f"{path}: not a plansight model of format {FORMAT}")
     try:
         ensemble = build(json.loads(blob["description"]))
+        ranges = blob["state_dict"].get("limits.ranges")
+        if ranges is not None and ranges.ndim == 3:  # a model of one range for both targets (before fake traces)
+            blob["state_dict"]["limits.ranges"] = ranges[:, None].expand(-1, 2, -1, -1).clone()
         missing, unexpected = ensemble.load_state_dict(blob["state_dict"], strict=False)
         lacking = [k for k in missing if not k.startswith(OPTIONAL)]
         stray = [k for k in lacking if not (recalibrate and k.startswith(CALIBRATION))] + list(unexpected)

@@ -205,7 +205,7 @@ class Ensemble(nn.Module):
         s = self.summarize(bounded(raw, floor, ceiling, base), base, classes)
         self._physics_beyond(s, base, self.limits.beyond_largest(cols, domains))
         k = self.interval_factors(classes, domains)
-        widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)[:, None]
+        widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)
         out = {"oom_prob": s["oom_prob"]}
         for j, (name, lo, hi, log, spread) in enumerate(TARGETS):
             half = np.minimum(k[:, j] * s[spread] + s["set_aside"][:, j] + widen[:, j], MAX_HALF_WIDTH)
@@ -220,7 +220,7 @@ class Ensemble(nn.Module):
         point (in ``s``, in place), and the correction set aside widens its interval."""
         keeps = self.keeps_correction.numpy()
         for j, log in ((0, "log_time"), (1, "log_mem")):
-            gated = (beyond & ~keeps[:, j]).any(1) & np.isfinite(base[:, j])
+            gated = (beyond[:, :, j] & ~keeps[:, j]).any(1) & np.isfinite(base[:, j])
             s["set_aside"][:, j] += np.where(gated, np.abs(s[log] - base[:, j]), 0.0)
             s[log] = np.where(gated, base[:, j], s[log])
 

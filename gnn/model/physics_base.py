@@ -42,7 +42,7 @@ class AnalyticalTimeBase(nn.Module):
 
     def fit(self, train: pd.DataFrame) -> None:
         for domain in (0, 1):
-            rows = train[(train["f_cuda"] > 0.5) == bool(domain)]
+            rows = train[((train["f_cuda"] > 0.5) == bool(domain)) & train["iter_time_s"].notna()]
             if len(rows) >= 5:
                 coef = relative_nnls(time_terms(rows), rows["iter_time_s"].to_numpy())
                 self.coef[domain] = torch.from_numpy(np.asarray(coef, dtype=np.float64))

@@ -31,7 +31,3 @@ class Predictor:
     def predict(self, rows: pd.DataFrame) -> pd.DataFrame:
         """DataFrame with pred_time_s and pred_mem_bytes (NaN where the predictor cannot say)."""
         raise NotImplementedError
-
-
-def has_memory(df: pd.DataFrame) -> pd.Series:
-    return df["peak_mem_bytes"].notna() & (df["peak_mem_bytes"] > 0)

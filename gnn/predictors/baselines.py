@@ -21,8 +21,8 @@ import pandas as pd
 
 from collect.hardware.records import UnknownHardware, load_hardware
 from gnn.costs.efficiency import relative_nnls, time_terms
-from gnn.dataset.rows import ASSUMED_DTYPE
-from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_COLUMNS, Predictor, has_memory
+from gnn.dataset.rows import ASSUMED_DTYPE, has_memory, has_time
+from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_COLUMNS, Predictor
 
 RULE_OF_THUMB_MFU = 0.40  # the rule's "40% of peak"
 
@@ -31,7 +31,8 @@ class AnalyticalPredictor(Predictor):
     name = "analytical"
 
     def fit(self, train, val=None):
-        self.time_coef = relative_nnls(time_terms(train), train["iter_time_s"].to_numpy())
+        timed = train[has_time(train)]
+        self.time_coef = relative_nnls(time_terms(timed), timed["iter_time_s"].to_numpy())
         mem = train[has_memory(train)]
         self.mem_coef = None
         if len(mem) >= 5:
@@ -54,7 +55,8 @@ class SimulatorPredictor(Predictor):
     name = "simulator"
 
     def fit(self, train, val=None):
-        ratio = np.log(train["iter_time_s"]) - train["f_log_sim_time"]
+        timed = train[has_time(train)]
+        ratio = np.log(timed["iter_time_s"]) - timed["f_log_sim_time"]
         self.time_scale = float(np.exp(np.median(ratio)))
         mem = train[has_memory(train)]
         self.mem_coef = None
@@ -100,7 +102,8 @@ class GBTPredictor(Predictor):
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         self.time_model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, random_state=0)
-        self.time_model.fit(self._x(train), np.log(train["iter_time_s"]))
+        timed = train[has_time(train)]
+        self.time_model.fit(self._x(timed), np.log(timed["iter_time_s"]))
         mem = train[has_memory(train)]
         self.mem_model = None
         if len(mem) >= 20:

@@ -54,7 +54,8 @@ def ranking_stats(rows: pd.DataFrame, pred_time: pd.Series) -> dict:
     df = rows.assign(pred=pred_time)
     for _, group in df.groupby(WORKLOAD_KEY, dropna=False):
         plans = group.groupby("run_id").agg(true=("iter_time_s", "median"), pred=("pred", "median"))
-        plans = plans[np.isfinite(plans["pred"])]  # a predictor may not say (the rule of thumb on a CPU)
+        # a predictor may not say (the rule of thumb on a CPU), and a fake trace has no time to rank by
+        plans = plans[np.isfinite(plans["pred"]) & np.isfinite(plans["true"])]
         if len(plans) < 2:
             continue
         if len(plans) >= 3:

@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gnn.dataset.rows import has_time
 from gnn.model.intervals.bounds import Limits
 from gnn.predictors.baselines import AnalyticalPredictor
 
+TARGET_COLUMNS = ("iter_time_s", "peak_mem_bytes")
 HELD_OUT = ("world_size", "f_log_params")  # the largest scale, the largest model: what a planner extrapolates
 MIN_ROWS = 10  # a group (or what is left to fit on) smaller than this says nothing about growth
 COVERAGE = 0.8
@@ -31,7 +33,7 @@ def widening(rows: pd.DataFrame, limits: Limits, feature_names: list[str]) -> np
     for c in (0, 1):
         checks = [check for check in _checks(rows[classes == c], limits, feature_names) if check is not None]
         for j in (0, 1):
-            found = [(excess[j], distance) for excess, distance in checks if np.isfinite(excess[j])]
+            found = [(e[j], d[j]) for e, d in checks if np.isfinite(e[j]) and d[j] > 0]
             if found:
                 excess, distance = np.array(found).T
                 out[c, j] = max(0.0, float(excess.sum() / distance.sum()))  # growth per doubling, pooled
@@ -48,11 +50,11 @@ def _checks(rows: pd.DataFrame, limits: Limits, names: list[str]):
 
 def _check(fit: pd.DataFrame, held: pd.DataFrame, limits: Limits, names: list[str], domain: str):
     """(growth of the 80% log error per target from inside the fit to the held-out group, the held-out rows' median
-    distance), or None where the group lies inside the rest's range."""
+    distance per target), or None where the group lies inside the rest's range."""
     inner = Limits(names)
-    inner.fit_ranges(_columns(fit, inner, names), fit["domain"].astype(str).tolist())
-    distance = float(np.median(inner.distance(_columns(held, inner, names), [domain] * len(held))))
-    if distance <= 0:
+    inner.fit_ranges(_columns(fit, inner, names), fit["domain"].astype(str).tolist(), measured(fit))
+    distance = np.median(inner.distance(_columns(held, inner, names), [domain] * len(held)), axis=0)
+    if (distance <= 0).all():
         return None
     model = AnalyticalPredictor().fit(fit)
     inside, outside = model.predict(fit), model.predict(held)
@@ -61,6 +63,13 @@ def _check(fit: pd.DataFrame, held: pd.DataFrame, limits: Limits, names: list[st
         for p, t in (("pred_time_s", "iter_time_s"), ("pred_mem_bytes", "peak_mem_bytes"))
     ]
     return np.array(excess), distance
+
+
+def measured(rows: pd.DataFrame) -> np.ndarray:
+    """[n, time / memory] which rows a target's training range is taken over: time over the rows that measured it,
+    memory over all (a fake trace extends memory's range, never time's; vTrain's rows, without memory, are still
+    the plans memory is predicted for)."""
+    return np.column_stack([has_time(rows).to_numpy(), np.ones(len(rows), dtype=bool)])
 
 
 def _quantile(pred: pd.Series, truth: pd.Series) -> float:
@@ -76,27 +85,32 @@ def _columns(rows: pd.DataFrame, limits: Limits, names: list[str]) -> np.ndarray
 
 def correction_gates(ds, parts: dict, fit_member) -> np.ndarray:
     """[check (scale, size)][target (time, memory)]: whether the network's correction carries beyond the largest
-    scale and the largest model of the training rows. Per check, one member is trained without each domain's
-    largest group (``fit_member(ds, parts)``, gnn.predictors.surrogate.fit) and scored on it against its physics
-    base (time: the fitted analytical model, memory: the simulator): the correction is kept where it beats the
-    base there (median |log error|), else a plan beyond that range is predicted by its physics."""
+    scale and the largest model of the training rows. Per check and target, one member is trained without each
+    domain's largest group of the rows its range is taken over (``measured``; ``fit_member(ds, parts)``,
+    gnn.predictors.surrogate.fit; one member serves both targets where their groups are the same rows) and scored
+    on it against its physics base (time: the fitted analytical model, memory: the simulator): the correction is
+    kept where it beats the base there (median |log error|), else a plan beyond that range is predicted by its
+    physics. Memory's largest group may be fake traces (gnn.dataset.rows.fake_as_gpu_rows), time's never is."""
     from gnn.model.ensemble import Ensemble  # lazy: the ensemble imports this package's neighbours
 
     keeps = np.ones((len(HELD_OUT), 2), dtype=bool)
-    meta = ds.meta
+    meta, members = ds.meta, {}
+    ranged = pd.DataFrame(measured(meta), index=meta.index)  # the rows each target's range is taken over
     for c, column in enumerate(HELD_OUT):
-        largest = _largest(meta.loc[parts["train"]], column)
-        if not largest:
-            continue
-        held, val = (_at_largest(meta.loc[parts[k]], column, largest) for k in ("train", "val"))
-        inner = {"train": np.setdiff1d(parts["train"], held), "val": np.setdiff1d(parts["val"], val)}
-        member = fit_member(ds, inner)
-        raw, _, base, _ = Ensemble([member]).raw(ds[torch.as_tensor(held)])
-        truth = np.log(meta.loc[held, ["iter_time_s", "peak_mem_bytes"]].to_numpy(dtype=float))
-        for j in (0, 1):
-            ok = np.isfinite(truth[:, j]) & np.isfinite(base[:, j])
+        for j, target in enumerate(TARGET_COLUMNS):
+            train = meta.loc[parts["train"]]
+            largest = _largest(train[ranged.loc[train.index, j]], column)
+            if not largest:
+                continue
+            held, val = (_at_largest(meta.loc[parts[k]], column, largest) for k in ("train", "val"))
+            if (key := (held.tobytes(), val.tobytes())) not in members:
+                inner = {"train": np.setdiff1d(parts["train"], held), "val": np.setdiff1d(parts["val"], val)}
+                members[key] = fit_member(ds, inner)
+            raw, _, base, _ = Ensemble([members[key]]).raw(ds[torch.as_tensor(held)])
+            truth = np.log(meta.loc[held, target].to_numpy(dtype=float))
+            ok = np.isfinite(truth) & np.isfinite(base[:, j])
             if ok.sum() >= MIN_ROWS:
-                gnn, physics = (np.median(np.abs(x[ok] - truth[ok, j])) for x in (raw[0, :, j], base[:, j]))
+                gnn, physics = (np.median(np.abs(x[ok] - truth[ok])) for x in (raw[0, :, j], base[:, j]))
                 keeps[c, j] = gnn < physics
     return keeps
 
@@ -114,4 +128,4 @@ def _largest(rows: pd.DataFrame, column: str) -> dict[str, float]:
 def _at_largest(rows: pd.DataFrame, column: str, largest: dict[str, float]) -> np.ndarray:
     """Index of the rows at (or beyond) their domain's largest ``column``."""
     limit = rows["domain"].astype(str).map(largest)
-    return rows.index[(rows[column] >= limit - 1e-9).fillna(False).to_numpy()].to_numpy()
+    return rows.index[(rows[column] >= limit - 1e-9).fillna(False).to_numpy()].to_numpy().copy()

@@ -26,7 +26,7 @@ from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
 from gnn.model.lightning import Surrogate
 from gnn.predictors.base import SIM_COLUMNS, Predictor
-from gnn.predictors.nested import correction_gates, widening
+from gnn.predictors.nested import correction_gates, measured, widening
 
 SELECTION_METRIC = "val_mape"  # time MAPE + memory MAPE on the validation rows
 
@@ -170,7 +170,9 @@ def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
     ensemble.class_column = names.index("f_cuda")
     train, limits = ds.meta.loc[parts["train"]], ensemble.limits
     limits.fit_ranges(
-        limits.columns(torch.tensor(train[names].to_numpy(dtype=np.float32))), train["domain"].astype(str).tolist()
+        limits.columns(torch.tensor(train[names].to_numpy(dtype=np.float32))),
+        train["domain"].astype(str).tolist(),
+        measured(train),
     )
     limits.widen.copy_(torch.tensor(widening(train, limits, names), dtype=torch.float32))
     ensemble.machine_shift.copy_(torch.from_numpy(shift_prior(train)))

@@ -11,8 +11,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gnn.dataset.splits import is_fake
 from gnn.model.intervals.conformal import interval_coverage
 from gnn.predictors.metrics import error_stats, oom_stats, ranking_stats
+
+FAKE = "fake"
 
 
 def score(rows: pd.DataFrame, pred: pd.DataFrame, base: dict) -> list[dict]:
@@ -44,6 +47,12 @@ def score(rows: pd.DataFrame, pred: pd.DataFrame, base: dict) -> list[dict]:
     return records
 
 
+def scored_domain(rows: pd.DataFrame) -> pd.Series:
+    """What a row is scored under: its hardware domain, or "fake" for a fake-tensor trace (predicted as a plan of its
+    GPU, never scored among that GPU's measured runs)."""
+    return rows["domain"].astype(str).where(~is_fake(rows), FAKE)
+
+
 def ensemble_frame(pred: dict, index) -> pd.DataFrame:
     """An Ensemble.predict result in the column names score() reads."""
     return pd.DataFrame(
@@ -72,11 +81,11 @@ def ensemble_records(
         pred = ensemble_frame(ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist()), rows.index)
         frames[part] = (rows, pred)
         prefix, name = split.split("/", 1)
-        for domain, group in rows.groupby("domain"):
+        for domain, group in rows.groupby(scored_domain(rows)):
             records += score(
                 group, pred.loc[group.index], {"predictor": predictor, "domain": domain, "split": name, "part": part}
             )
-        if part == "test" and prefix not in set(rows["domain"]) and prefix != "all":
+        if part == "test" and prefix not in set(scored_domain(rows)) and prefix != "all":
             # a split over several GPUs (a held-out model or precision): scored whole too, like its baselines
             records += score(rows, pred, {"predictor": predictor, "domain": prefix, "split": name, "part": part})
     return records, frames

@@ -2,7 +2,7 @@
 
 The plans of a predict request (the same file python -m serve predict reads) traced under fake tensors, one after
 another: the model's predicted peak and interval, the traced peak of the busiest stage, that peak with what a GPU
-adds (serve.verify.run.on_device), and whether it fits. --json prints serve.verify.run.VerifyResponse instead.
+adds (collect.fake.device.on_device), and whether it fits. --json prints serve.verify.run.VerifyResponse instead.
 Bad input, or plans estimated over the budget, exit 2 saying why.
 """
 

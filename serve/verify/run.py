@@ -7,7 +7,7 @@ the simulator's breakdown of it.
 A trace counts what the collector's own model code allocates on each stage's first rank, at full size, on a fake
 world of the plan's size (collect.fake): exact for that code. What only the hardware adds (CUDA's context and
 cuBLAS's workspace, the caching allocator's reserve) is added at its median as measured on an H100
-(``on_device``); NCCL's buffers, the allocator's gaps beyond the median, and another framework's kernels or
+(collect.fake.device); NCCL's buffers, the allocator's gaps beyond the median, and another framework's kernels or
 buffers beyond the conventions the plan names are not in it. Plans are traced one after another, each stopped at
 a multiple of its estimate (serve.verify.cost); the request's later plans are not traced once its budget is spent,
 and a trace is killed within half a second when the work is told to stop (gnn.cancel: its client hung up, or the
@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from collect.fake.device import UNSEEN, on_device
 from collect.fake.sweep import trace_point
 from gnn import cancel
 from gnn.explain import memory_parts
@@ -28,14 +29,6 @@ from gnn.inference.predictor import BatchPredictor
 from serve.api import model_summary, predict
 from serve.schemas import PlanPrediction, PredictRequest
 from serve.verify.cost import plan_timeout, within_budget
-
-# What a GPU adds to a trace, measured on an H100 beside the traces of 26 single-GPU plans (data/memory/
-# h100-single-gpu.jsonl, experiments/results/gpu_vs_fake.json): the caching allocator reserved a median 6.7% more
-# than it handed out (0.6-40.5%), and the process held 1,329 MiB outside it (CUDA's context 527 MiB, cuBLAS's
-# workspace, the kernels). NCCL's buffers, on more than one GPU, were not measured.
-RESERVED_OVER_ALLOCATED = 0.067
-OUTSIDE_ALLOCATOR_BYTES = 1329 * 2**20
-UNSEEN = "NCCL's buffers, and the caching allocator's gaps beyond the median (up to 40% over what it hands out)"
 
 
 class VerifiedPlan(BaseModel):
@@ -128,9 +121,3 @@ def _verified(spec, prediction: PlanPrediction, estimate: float, left_s: float, 
             "traced_fits": on_gpu <= spec.cluster.memory_bytes,
         }
     )
-
-
-def on_device(traced_bytes: float, device: str) -> float:
-    """A traced peak with what the device adds at the median: on a GPU the allocator's reserve and the memory held
-    outside it; nothing on a CPU (the collector's counting allocator reads what the trace counts)."""
-    return traced_bytes * (1 + RESERVED_OVER_ALLOCATED) + OUTSIDE_ALLOCATOR_BYTES if device == "cuda" else traced_bytes

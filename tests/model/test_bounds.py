@@ -38,6 +38,7 @@ def test_distance_counts_doublings_outside_the_training_range(vtrain_dataset):
     limits.fit_ranges(_columns(limits, small, names), ["a100"] * len(small))
     assert limits.domain_names == ["a100"]
     inside = limits.distance(_columns(limits, small, names), ["a100"] * len(small))
+    assert inside.shape == (len(small), 2)  # time, memory
     assert (inside == 0).all()
     biggest = meta[meta["world_size"] == meta["world_size"].max()]
     outside = limits.distance(_columns(limits, biggest, names), ["a100"] * len(biggest))
@@ -45,6 +46,19 @@ def test_distance_counts_doublings_outside_the_training_range(vtrain_dataset):
     assert (outside >= doublings - 1e-6).all()  # at least the world size's doublings (dp grows with it)
     # a GPU never trained on is measured against the union of the domains' ranges
     assert (limits.distance(_columns(limits, small, names), ["v100"] * len(small)) == 0).all()
+
+
+def test_rows_measuring_memory_only_extend_memory_s_range_not_time_s(vtrain_dataset):
+    """A fake trace of a plan larger than any measured run teaches memory there, never time."""
+    names, meta = _names(vtrain_dataset), vtrain_dataset.meta
+    limits = Limits(names)
+    largest = (meta["world_size"] == meta["world_size"].max()).to_numpy()
+    measured = np.column_stack([~largest, np.ones(len(meta), dtype=bool)])  # the largest: memory only
+    limits.fit_ranges(_columns(limits, meta, names), ["a100"] * len(meta), measured)
+    far = limits.distance(_columns(limits, meta[largest], names), ["a100"] * int(largest.sum()))
+    assert (far[:, 0] > 0).all() and (far[:, 1] == 0).all()
+    beyond = limits.beyond_largest(_columns(limits, meta[largest], names), ["a100"] * int(largest.sum()))
+    assert beyond[:, 0, 0].all() and not beyond[:, 0, 1].any()  # beyond time's largest scale, inside memory's
 
 
 def test_members_that_disagree_wildly_still_give_a_finite_interval_inside_the_limits(
@@ -76,7 +90,7 @@ def test_calibration_sets_a_finite_ceiling_and_a_widening_that_grows_intervals_o
     graphs, domains = vtrain_dataset[torch.as_tensor(idx)], ["a100"] * len(idx)
     near = ens.predict(graphs, domains=domains)
     ens.limits.widen.fill_(0.5)
-    ens.limits.ranges[:, :, 1] -= 1.0  # every plan now lies a doubling per quantity beyond the largest trained
+    ens.limits.ranges[..., 1] -= 1.0  # every plan now lies a doubling per quantity beyond the largest trained
     far = ens.predict(graphs, domains=domains)
     near_width = np.log(near["iter_time_hi_s"] / near["iter_time_lo_s"])
     far_width = np.log(far["iter_time_hi_s"] / far["iter_time_lo_s"])
@@ -103,7 +117,7 @@ def test_beyond_a_range_where_the_correction_did_not_carry_the_point_is_the_phys
     inside = ens.predict(graphs, domains=domains)
     ens.keeps_correction[0, 0] = False  # time's correction does not carry beyond the largest scale
     assert np.allclose(ens.predict(graphs, domains=domains)["iter_time_s"], inside["iter_time_s"])  # none beyond
-    ens.limits.ranges[:, 5, 1] = -1.0  # now every plan lies beyond the largest world size (half a GPU)
+    ens.limits.ranges[:, :, 5, 1] = -1.0  # now every plan lies beyond the largest world size (half a GPU)
     _, classes, base, _ = ens.raw(graphs)
     beyond = ens.predict(graphs, domains=domains)
     assert np.allclose(np.log(beyond["iter_time_s"]), base[:, 0], atol=1e-5)  # the fitted analytical model

@@ -14,7 +14,8 @@ inside two limits:
   do not follow datasheets (a 1.3B Nanotron pipeline of 128 micro-batches ran 70 times its simulated time), so the
   factor is measured, not assumed; memory's ceiling is the simulator's peak times the largest ratio seen.
 - **Distance.** How many doublings a plan lies outside its domain's training rows, summed over model size, layers,
-  width, sequence, micro-batch, GPUs and the dp / tp / pp degrees. The interval widens by ``widen`` log units per
+  width, sequence, micro-batch, GPUs and the dp / tp / pp degrees; per target, against the rows that measured it
+  (a fake trace extends memory's range, never time's). The interval widens by ``widen`` log units per
   doubling: the growth of the analytical model's error when the largest scale and the largest model of the
   training rows are held out of its fit in turn (gnn.predictors.nested), not an assumed constant.
 """
@@ -77,8 +78,8 @@ class Limits(nn.Module):
         self.register_buffer("ceiling", torch.full((2, 2), float("inf")))
         # log units the interval widens by per doubling outside the training rows, [device class][time, memory]
         self.register_buffer("widen", torch.zeros(2, 2))
-        # each domain's training range of RANGED, in doublings: [domain][quantity][lo, hi]
-        self.register_buffer("ranges", torch.zeros(len(self.domain_names), len(RANGED), 2))
+        # each domain's training range of RANGED, in doublings: [domain][time, memory][quantity][lo, hi]
+        self.register_buffer("ranges", torch.zeros(len(self.domain_names), 2, len(RANGED), 2))
 
     def columns(self, u: torch.Tensor) -> np.ndarray:
         """[n, len(COLUMNS) + len(RANGED)]: what the limits need of a batch's flat features."""
@@ -127,40 +128,50 @@ class Limits(nn.Module):
                     ceiling[c, j] = max(float(seen.max()), 0.0)
         self.ceiling.copy_(torch.tensor(ceiling, dtype=torch.float32))
 
-    def fit_ranges(self, cols: np.ndarray, domains: list[str]) -> None:
-        """Each domain's training range of the RANGED quantities (from the training rows' columns)."""
+    def fit_ranges(self, cols: np.ndarray, domains: list[str], measured: np.ndarray | None = None) -> None:
+        """Each domain's training range of the RANGED quantities per target (from the training rows' columns), over
+        the rows that measured it (``measured`` [n, 2], all rows if None; a domain no row of which measured a target
+        takes its range over all its rows)."""
         if not self.enabled:
             return
         doublings = self._doublings(cols)
         names = np.asarray(domains, dtype=object)
+        measured = np.ones((len(names), 2), dtype=bool) if measured is None else np.asarray(measured, dtype=bool)
         self.domain_names = sorted(set(str(d) for d in domains))
-        ranges = [np.stack([doublings[names == d].min(0), doublings[names == d].max(0)], 1) for d in self.domain_names]
-        self.ranges = torch.tensor(np.array(ranges).reshape(-1, len(RANGED), 2), dtype=torch.float32)
+        ranges = []
+        for d in self.domain_names:
+            for j in (0, 1):
+                rows = doublings[(names == d) & measured[:, j]] if ((names == d) & measured[:, j]).any() else None
+                rows = doublings[names == d] if rows is None else rows
+                ranges.append(np.stack([rows.min(0), rows.max(0)], 1))
+        self.ranges = torch.tensor(np.array(ranges).reshape(-1, 2, len(RANGED), 2), dtype=torch.float32)
 
     def distance(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
-        """Doublings outside each plan's domain's training range, summed over the RANGED quantities; a domain never
-        trained on is measured against the union of the ranges trained on."""
+        """[n, time / memory] doublings outside each plan's domain's training range, summed over the RANGED
+        quantities; a domain never trained on is measured against the union of the ranges trained on."""
         if not self.enabled or not self.domain_names:
-            return np.zeros(cols.shape[0])
-        x, own = self._doublings(cols), self._own_ranges(domains, cols.shape[0])
-        beyond = np.maximum(x - own[:, :, 1], 0) + np.maximum(own[:, :, 0] - x, 0)
-        return np.where(beyond > ROUNDING, beyond, 0.0).sum(1)
+            return np.zeros((cols.shape[0], 2))
+        x, own = self._doublings(cols)[:, None], self._own_ranges(domains, cols.shape[0])
+        beyond = np.maximum(x - own[..., 1], 0) + np.maximum(own[..., 0] - x, 0)
+        return np.where(beyond > ROUNDING, beyond, 0.0).sum(2)
 
     def beyond_largest(self, cols: np.ndarray, domains: list[str] | None) -> np.ndarray:
-        """[n, 2] whether each plan lies beyond its domain's largest scale (world size) and largest model
-        (parameters) trained on: the nested checks' two ranges (gnn.predictors.nested.correction_gates)."""
+        """[n, check, target] whether each plan lies beyond its domain's largest scale (world size) and largest model
+        (parameters) trained on, for time and for memory: the nested checks' two ranges
+        (gnn.predictors.nested.correction_gates)."""
         if not self.enabled or not self.domain_names:
-            return np.zeros((cols.shape[0], 2), dtype=bool)
-        x, hi = self._doublings(cols), self._own_ranges(domains, cols.shape[0])[:, :, 1]
-        return np.stack([x[:, i] > hi[:, i] + ROUNDING for i in (WORLD, PARAMS)], 1)
+            return np.zeros((cols.shape[0], 2, 2), dtype=bool)
+        x, hi = self._doublings(cols)[:, None], self._own_ranges(domains, cols.shape[0])[..., 1]
+        return np.stack([x[:, :, i] > hi[:, :, i] + ROUNDING for i in (WORLD, PARAMS)], 1)
 
     def _own_ranges(self, domains: list[str] | None, n: int) -> np.ndarray:
-        """[n, quantity, lo/hi] each plan's domain's range, or the union of all for a domain never trained on."""
+        """[n, target, quantity, lo/hi] each plan's domain's ranges, or the union of all for a domain never trained
+        on."""
         ranges = self.ranges.numpy()
-        union = np.stack([ranges[:, :, 0].min(0), ranges[:, :, 1].max(0)], 1)
+        union = np.stack([ranges[..., 0].min(0), ranges[..., 1].max(0)], -1)
         index = {name: i for i, name in enumerate(self.domain_names)}
         own = np.array([ranges[index[d]] if d in index else union for d in (domains or [None] * n)])
-        return own.reshape(n, len(RANGED), 2)
+        return own.reshape(n, 2, len(RANGED), 2)
 
     def _doublings(self, cols: np.ndarray) -> np.ndarray:
         ranged = cols[:, len(COLUMNS) :]

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from collect import REPO
-from experiments.memory.simulator_vs_fake import fake_rows, simulated
+from experiments.memory.simulator_vs_fake import simulated
+from gnn.dataset.rows import load_fake
 
-ROWS = fake_rows(REPO / "data" / "fake")
+ROWS = load_fake(REPO / "data" / "fake")
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
+from collect.fake.device import OUTSIDE_ALLOCATOR_BYTES, RESERVED_OVER_ALLOCATED
 from serve.schemas import PredictRequest
 from serve.verify.cost import HTTP_SECONDS, MAX_PLANS, plan_seconds
-from serve.verify.run import OUTSIDE_ALLOCATOR_BYTES, RESERVED_OVER_ALLOCATED
 from tests.serve.conftest import CLUSTER, REPO, WORKLOAD, call
 from tests.serve.test_http import PLANS
 
@@ -31,7 +31,7 @@ def test_the_shell_traces_each_plan_beside_its_prediction(predictor_path, tmp_pa
     for plan in (flat, piped):
         assert plan["status"] == "ok", plan["error"]
         assert plan["traced_peak_bytes"] == max(plan["traced_peak_per_stage_bytes"]) > 0
-        # the A100 cluster is a GPU one: the trace gets what a GPU adds (serve.verify.run.on_device)
+        # the A100 cluster is a GPU one: the trace gets what a GPU adds (collect.fake.device.on_device)
         on_gpu = plan["traced_peak_bytes"] * (1 + RESERVED_OVER_ALLOCATED) + OUTSIDE_ALLOCATOR_BYTES
         assert plan["traced_on_gpu_bytes"] == pytest.approx(on_gpu)
         ratio = plan["prediction"]["peak_mem_bytes"] / on_gpu

@@ -1,0 +1,81 @@
+"""Fake traces as training rows: a GPU's peak with what the device adds, no time, and never mixed into a measured
+split's test; a batch of them alone trains memory and leaves time's loss at zero, not NaN."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from collect.fake.device import on_device
+from gnn.dataset.rows import fake_as_gpu_rows, has_time, load_fake
+from gnn.dataset.splits import SERVING_SPLIT, is_fake, named_splits
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE = REPO / "data" / "fake"
+A_SWEEP = "fake-issue53-v4"  # a small committed fake sweep: six Llama 3.1 70B plans
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """The graph dataset over vTrain's A100 rows and one committed fake sweep."""
+    from gnn.dataset.graphs import PlanGraphs
+
+    root = tmp_path_factory.mktemp("data")
+    (root / "hardware").symlink_to(REPO / "data" / "hardware")
+    (root / "fake").mkdir()
+    for suffix in (".parquet", ".sweep.json"):
+        shutil.copy(FAKE / f"{A_SWEEP}{suffix}", root / "fake" / f"{A_SWEEP}{suffix}")
+    return PlanGraphs(root=root, runs=[REPO / "data" / "runs" / "vtrain-a100.parquet"])
+
+
+def test_a_fake_row_learns_what_a_gpu_holds_and_says_it_would_not_fit_beyond_the_device():
+    traced = load_fake(FAKE)
+    rows = fake_as_gpu_rows(traced)
+    assert len(rows) == traced["run_id"].nunique() and (rows["peak_mem_method"] == "fake").all()
+    assert np.allclose(rows["peak_mem_bytes"], [on_device(b, "cuda") for b in traced["peak_mem_bytes"]])
+    assert (rows["traced_peak_mem_bytes"] == traced["peak_mem_bytes"].to_numpy()).all()
+    assert not has_time(rows).any() and (rows["fingerprint_id"] == "h100-80gb").all()
+    assert ((rows["status"] == "oom") == (rows["peak_mem_bytes"] > rows["memory_bytes"])).all()
+
+
+def test_the_dataset_holds_the_traces_with_memory_and_no_time(dataset):
+    fake = is_fake(dataset.meta).to_numpy()
+    assert fake.sum() == 6 and (dataset.meta.loc[fake, "domain"] == "h100").all()
+    y = torch.cat([dataset[int(i)].y for i in np.flatnonzero(fake)])
+    assert torch.isnan(y[:, 0]).all() and torch.isfinite(y[:, 1]).all()
+    first = dataset.meta[fake].iloc[0]
+    assert math.isclose(math.exp(float(y[0, 1])), first["peak_mem_bytes"], rel_tol=1e-6)
+
+
+def test_traces_are_learned_in_the_serving_split_and_tested_only_where_held_out(dataset):
+    splits = named_splits(dataset.meta)
+    fake = set(np.flatnonzero(is_fake(dataset.meta).to_numpy()))
+    serving = splits[SERVING_SPLIT]
+    assert fake <= set(serving["train"]) | set(serving["val"]) | set(serving["test"])
+    for name, parts in splits.items():
+        if name.startswith("a100/"):  # a measured split of another GPU: the traces are none of its rows
+            assert not fake & set(np.concatenate(list(parts.values())))
+    llama = set(np.flatnonzero((is_fake(dataset.meta) & (dataset.meta["family"] == "llama")).to_numpy()))
+    held = splits["fake/held_out_model-llama-70b"]  # each family's largest traced model
+    assert set(held["test"]) == llama and not llama & (set(held["train"]) | set(held["val"]))
+    assert fake - llama <= set(held["train"]) | set(held["val"])
+
+
+def test_a_batch_of_traces_alone_trains_memory_and_gives_time_no_loss(dataset):
+    from torch_geometric.loader import DataLoader
+
+    from gnn.predictors.surrogate import TrainConfig, build_module
+
+    fake = np.flatnonzero(is_fake(dataset.meta).to_numpy())
+    module = build_module(dataset, TrainConfig(hidden=16, num_layers=2), np.arange(len(dataset)))
+    batch = next(iter(DataLoader(dataset[torch.as_tensor(fake)], batch_size=len(fake))))
+    module.log = lambda *a, **k: None  # outside a Trainer
+    loss = module._common_step(batch, 0, "train")
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
