@@ -107,7 +107,7 @@ def spec_of(row: dict) -> RunSpec:
         "num_microbatches": gbs // (mbs * dp),
         "virtual_stages": int(vp) if interleaved else 1,
         "sequence_parallel": tp > 1,
-        **framework_conventions("nemo", tp, tp > 1, "bfloat16"),
+        **framework_conventions("nemo", tp, tp > 1, "bfloat16", workload.float8),
         "fp32_grads": False,  # the perf recipes' grad_reduce_in_fp32 False
         "moe_dispatcher": "hybrid" if HYBRID_DISPATCH[row["model"]](row["gpu_type"], precision) else "alltoall",
     }

@@ -119,7 +119,7 @@ def spec_of(row: dict) -> RunSpec:
         "virtual_stages": int(vp.group(1)) if vp else 1,
         "sequence_parallel": tp > 1,
         # Megatron's conventions (collect.schema.framework_conventions); NeMo's bf16_mixed sets grad_reduce_in_fp32
-        **framework_conventions("nemo", tp, tp > 1, workload["dtype"]),
+        **framework_conventions("nemo", tp, tp > 1, workload["dtype"], workload["float8"]),
     }
     if pp > 1:
         plan["pp_schedule"] = "interleaved_1f1b" if vp else "1f1b"

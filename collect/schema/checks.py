@@ -21,8 +21,8 @@ from collect.schema.workload import LATER_FIELDS, Workload
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
 # the plan's conventions the collector does not run: a plan with any of them is predicted, not measured
 PREDICTED_ONLY = (
-    "sequence_parallel_regather fp32_master_weights fp32_grads attention_keeps_packed_qkv tp_layer_latency "
-    "grad_reduce_overlap param_gather_overlap tp_comm_overlap"
+    "sequence_parallel_regather fp32_master_weights fp32_grads float8_params attention_keeps_packed_qkv "
+    "tp_layer_latency grad_reduce_overlap param_gather_overlap tp_comm_overlap"
 ).split()
 _LATER_FIELDS = {
     "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
@@ -187,6 +187,8 @@ def _float8_problems(w: Workload, p: Plan, c: Cluster) -> list[str]:
     problems = []
     if w.float8 != "none" and c.device == "cpu":
         problems.append(f"workload.float8 ({w.float8!r}) needs GPUs with FP8 matmuls (H100, H200, B200), not 'cpu'")
+    if p.float8_params and (w.float8 == "none" or not p.fp32_master_weights):
+        problems.append(f"plan.float8_params needs a workload.float8 format and plan.fp32_master_weights ({w.float8})")
     if p.float8_all_gather and not (w.float8 == "tensorwise" and p.fsdp_enabled):
         problems.append(
             "plan.float8_all_gather needs workload.float8 'tensorwise' and an FSDP sharding "

@@ -40,7 +40,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def framework_conventions(
-    framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32"
+    framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32", float8: str = "none"
 ) -> dict[str, bool | str]:
     """The plan's convention fields (collect.schema.plan) as a framework sets them by default.
 
@@ -59,8 +59,9 @@ def framework_conventions(
     Megatron-Bridge's performance recipes; Megatron-LM's releases before 2023 had neither, so older runs turn them
     off, collect.published.dlperf). NeMo (and Megatron-Bridge) take Megatron's conventions and overlap tensor
     parallelism's collectives with the GEMMs where sequence parallelism runs (plan.tp_comm_overlap: the
-    tp_comm_overlap of their performance recipes). Every framework runs fused attention (plan.attention, the
-    default)."""
+    tp_comm_overlap of their performance recipes), and their FP8 recipes but sub-channel and NVFP4 hold the weights
+    in FP8 only (plan.float8_params, for ``float8`` the workload's format). Every framework runs fused attention
+    (plan.attention, the default)."""
     nemo = framework == "nemo"
     framework = "megatron" if nemo else framework
     torch = framework == "torch"
@@ -74,6 +75,8 @@ def framework_conventions(
         # Megatron accumulates fp16 gradients in fp16 unless told otherwise (--accumulate-allreduce-grads-in-fp32
         # is off by default and forced on only for bf16)
         "fp32_grads": half and not (framework == "megatron" and dtype == "float16"),
+        # Megatron-Bridge's and NeMo's FP8 recipes but sub-channel and NVFP4 hold the weights in FP8 only
+        "float8_params": half and framework == "megatron" and float8 in ("tensorwise", "mxfp8"),
         "pipeline_split": "weights" if framework == "nanotron" else "layers",
         "attention_keeps_packed_qkv": framework == "nanotron",
         "tp_layer_latency": framework == "nanotron",

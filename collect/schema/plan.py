@@ -26,6 +26,7 @@ CONVENTIONS = (
     "sequence_parallel_regather",
     "fp32_master_weights",
     "fp32_grads",
+    "float8_params",
     "pipeline_split",
     "attention",
     "attention_keeps_packed_qkv",
@@ -110,6 +111,10 @@ class Plan(Strict):
     """With a 2-byte dtype: gradients accumulate and are reduced in fp32 buffers, whole on every data rank unless
     FSDP shards them (Megatron's main_grad with bf16, Nanotron's accumulate_grad_in_fp32, FSDP's fp32
     reduce_dtype). False: gradients are kept and reduced in the weights' dtype (the collector's)."""
+    float8_params: bool = False
+    """With workload.float8 and fp32 master weights: the weights are held quantised only (Megatron's fp8_param_gather,
+    on in Megatron-Bridge's FP8 and MXFP8 recipes: training/mixed_precision.py at 067f987d). False: a 2-byte weight
+    and Transformer Engine's quantised copy of it both stay (elsewhere, and in NVFP4 and sub-channel recipes)."""
     pipeline_split: PipelineSplit = "layers"
     """With pp: how layers are assigned to stages (stage_layers). layers: evenly, the embedding and the loss counting
     as a layer each where they do not divide (Megatron, torchtitan, the collector). weights: stages balanced by

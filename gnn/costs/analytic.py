@@ -134,7 +134,8 @@ def state_bytes(w: Workload, plan: Plan, params: float, expert_params: float = 0
     are optimizer state (sharded with it); fp32 gradients replace the weights' own (Megatron's main_grad,
     Nanotron's accumulator, which frees each bf16 .grad once added), whole under zero1 (both keep every gradient
     to accumulate micro-batches before the reduce-scatter). Under FSDP with fp32 master weights the fp32 shard is
-    the parameter and the 2-byte copy exists only gathered (FSDP2's mixed precision), so no 2-byte shard is kept.
+    the parameter and the 2-byte copy exists only gathered (FSDP2's mixed precision), so no 2-byte shard is kept;
+    with plan.float8_params the quantised weights are the parameters, and no 2-byte copy is kept either.
     ``expert_params``: of ``params``, the routed experts' (held by this ep rank), which FSDP shards its own way
     (fsdp_expert_share).
     """
@@ -146,7 +147,7 @@ def state_bytes(w: Workload, plan: Plan, params: float, expert_params: float = 0
     master = FP32_BYTES if plan.fp32_master_weights else 0
     moments = 2 * moment_bytes(w, plan)
     state = {
-        "param": 0.0 if fsdp and master else held * db,
+        "param": 0.0 if (fsdp and master) or plan.float8_params else held * db,
         "grad": held * grad_dtype_bytes(w, plan),
         "optimizer": opt_held * (moments + master),
         "ddp_buckets": params * db if ddp else 0.0,

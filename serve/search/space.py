@@ -132,7 +132,7 @@ class Space:
             dp=dp, cp=cp, tp=tp, pp=pp, ep=ep, etp=etp, sharding=sharding, recompute=recompute,
             pp_schedule=schedule if pp > 1 else None, virtual_stages=virtual if pp > 1 else 1,
             num_microbatches=self.global_batch_size // samples, sequence_parallel=sp,
-            float8_all_gather=float8_all_gather, **framework_conventions(self.framework, tp, sp, w.dtype),
+            float8_all_gather=float8_all_gather, **framework_conventions(self.framework, tp, sp, w.dtype, w.float8),
         )  # fmt: skip
         valid = self._valid.get(key)
         if valid is None:

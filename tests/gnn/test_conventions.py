@@ -5,6 +5,7 @@ import math
 import pytest
 
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems, framework_conventions
+from collect.schema.choices import FLOAT8_SCALINGS
 from gnn.costs.analytic import block_costs, state_bytes
 from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, GpuKernels, Rate, _core_seconds
 from gnn.costs.hardware import hardware_model
@@ -47,6 +48,20 @@ def test_block_scaled_weights_are_kept_quantised_row_and_column_wise():
     for f8, per in (("mxfp8", 2 * (1 + 1 / 32)), ("nvfp4", 2 * (0.5 + 1 / 16))):
         w = _llama().model_copy(update={"float8": f8})
         assert state_bytes(w, plan, n)["quantised_weights"] == pytest.approx(per * n)
+
+
+def test_megatron_s_fp8_parameters_keep_no_2_byte_copy():
+    """fp8_param_gather: the FP8 weights (and their transpose) are the parameters; the fp32 master the optimizer's."""
+    n, plan = 1000.0, Plan(dp=4, sharding="zero1", **MIXED)
+    w = _llama().model_copy(update={"float8": "tensorwise"})
+    cached, fp8 = state_bytes(w, plan, n), state_bytes(w, plan.model_copy(update={"float8_params": True}), n)
+    assert cached["param"] == 2 * n and fp8["param"] == 0.0
+    assert fp8["quantised_weights"] == cached["quantised_weights"] == 2 * n
+    assert {k: v for k, v in fp8.items() if k != "param"} == {k: v for k, v in cached.items() if k != "param"}
+    # NeMo's recipes: FP8 with delayed or current scaling and MXFP8 hold the weights in FP8 only, NVFP4 does not
+    held = {f: framework_conventions("nemo", 1, False, "bfloat16", f)["float8_params"] for f in FLOAT8_SCALINGS}
+    assert held == {"none": False, "tensorwise": True, "rowwise": False, "mxfp8": True, "nvfp4": False}
+    assert not framework_conventions("torchtitan", 1, False, "bfloat16", "tensorwise")["float8_params"]
 
 
 def test_sequence_parallel_norms_by_hand():
@@ -124,6 +139,7 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "grad_reduce_overlap": True,
         "param_gather_overlap": True,
         "tp_comm_overlap": False,
+        "float8_params": False,  # bf16 GEMMs
     }
     assert framework_conventions("nemo", 4, True, "bfloat16") == megatron | {"tp_comm_overlap": True}
     assert not framework_conventions("nemo", 4, False, "bfloat16")["tp_comm_overlap"]  # it overlaps SP's collectives
@@ -162,6 +178,7 @@ def test_framework_conventions_and_what_the_collector_refuses():
         ),
         ({}, dict(tp=2, **REGATHER), "plan.sequence_parallel_regather needs plan.sequence_parallel"),
         ({}, dict(tp=2, tp_comm_overlap=True), "plan.tp_comm_overlap needs plan.tp > 1 with plan.sequence_parallel"),
+        ({}, dict(float8_params=True), "plan.float8_params needs a workload.float8 format and plan.fp32_master"),
     ],
 )
 def test_conventions_a_plan_cannot_take_name_the_rule(workload, plan, message):
