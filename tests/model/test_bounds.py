@@ -61,6 +61,21 @@ def test_rows_measuring_memory_only_extend_memory_s_range_not_time_s(vtrain_data
     assert beyond[:, 0, 0].all() and not beyond[:, 0, 1].any()  # beyond time's largest scale, inside memory's
 
 
+def test_no_member_says_less_memory_than_the_weights_and_moments_spread_over_every_gpu(
+    vtrain_dataset, small_parts, ensemble
+):
+    """A member never trained on a model's memory once said 16 KB for DeepSeek-V3: the floor rules that out."""
+    idx = small_parts["test"][:8]
+    raw, classes, base, cols = ensemble.raw(vtrain_dataset[torch.as_tensor(idx)])
+    rows = vtrain_dataset.meta.loc[idx]
+    by_hand = np.exp(rows["f_log_params"]) * (2 + 4) / rows["world_size"]  # bf16 weights, two bf16 moments at least
+    assert np.allclose(ensemble.limits.floor_mem_bytes(cols), by_hand, rtol=1e-3)
+    raw = raw.copy()
+    raw[:, :, 1] = np.log(16e3)  # every member: 16 KB
+    out = ensemble._outputs(raw, classes, base, cols, ["a100"] * len(idx))
+    assert (out["peak_mem_lo_bytes"] >= by_hand.to_numpy() * (1 - 1e-3)).all()
+
+
 def test_members_that_disagree_wildly_still_give_a_finite_interval_inside_the_limits(
     vtrain_dataset, small_parts, ensemble
 ):

@@ -7,6 +7,9 @@ inside two limits:
   parameter a token meets (a moe's active ones; the input embedding is a lookup, no matmul) per token of the
   global batch, over the GPUs at their datasheet (or fingerprinted) peak for the dtype, twice that in FP8. Every
   measured run in data/ takes at least twice it (the closest: NVIDIA's FP8 405B runs on GB300, at 1.97 times).
+- **Memory's floor (physics).** No GPU holds less than its even share of the weights, in their stored dtype (a
+  byte with FP8 GEMMs, whose weights may be FP8 only), and of AdamW's two moments, in bf16 at the least: a rank
+  holds at least params x (weight bytes + 4) / GPUs. A member never trained on a model's memory must not say less.
 - **Ceiling (physics times the worst seen).** No step is slower than its serial work: every pipeline stage's
   compute and traffic one after the other, pp x (compute + communication) of the busiest rank, or the fitted
   analytical model where that is larger (it prices Nanotron's latency per layer, which the simulator does not),
@@ -45,6 +48,7 @@ COLUMNS = (
     "f_log_sim_comm",
     "f_log_sim_mem",
     "f_cuda",
+    "f_dtype_bytes",
 )
 # the quantities whose training range a plan's distance is measured against, and whether each is a natural log
 # (else a log2) of its value: distance is counted in doublings
@@ -61,6 +65,7 @@ RANGED = (
 )
 WORLD, PARAMS = 5, 0  # RANGED's world size and parameter count: the nested checks' scale and size
 LN2 = math.log(2.0)
+MIN_MOMENT_BYTES = 2  # an AdamW moment in bf16 (plan.optimizer_state_dtype), the least any framework keeps
 ROUNDING = 1e-3  # doublings: the ranges are stored in float32, a plan on a range's edge is inside it
 
 
@@ -97,6 +102,13 @@ class Limits(nn.Module):
         peak = np.exp(c["f_log_flops_per_s"]) * (1 + c["f_float8"])
         return 6 * params * tokens / (2 ** c["f_log_world"] * peak)
 
+    def floor_mem_bytes(self, cols: np.ndarray) -> np.ndarray:
+        """Bytes every GPU holds at the least: its even share of the weights and of AdamW's moments."""
+        c = dict(zip(COLUMNS, cols[:, : len(COLUMNS)].T))
+        params = np.exp(cols[:, len(COLUMNS) + PARAMS])
+        weight = np.where(c["f_float8"] > 0.5, 1.0, c["f_dtype_bytes"])
+        return params * (weight + 2 * MIN_MOMENT_BYTES) / 2 ** c["f_log_world"]
+
     def references(self, cols: np.ndarray, base_time: np.ndarray) -> np.ndarray:
         """[n, 2] the log references the ceiling multiplies: the serial work (or the fitted model where larger) for
         time, the simulator's peak for memory."""
@@ -107,12 +119,12 @@ class Limits(nn.Module):
         return np.column_stack([time, c["f_log_sim_mem"]])
 
     def limits(self, cols: np.ndarray, classes: np.ndarray, base_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """([n, 2] log floor, [n, 2] log ceiling) of (time, memory); memory's floor is 0 bytes (-inf)."""
+        """([n, 2] log floor, [n, 2] log ceiling) of (time, memory)."""
         n = len(classes)
         if not self.enabled:
             return np.full((n, 2), -np.inf), np.full((n, 2), np.inf)
         with np.errstate(divide="ignore"):
-            floor = np.column_stack([np.log(self.floor_s(cols)), np.full(n, -np.inf)])
+            floor = np.column_stack([np.log(self.floor_s(cols)), np.log(self.floor_mem_bytes(cols))])
         return floor, self.references(cols, base_time) + self.ceiling.numpy()[classes]
 
     def fit_ceiling(self, cols, classes, base_time, log_time, log_mem) -> None:
