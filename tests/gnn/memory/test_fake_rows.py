@@ -1,5 +1,5 @@
 """Fake traces as training rows: a GPU's peak with what the device adds, no time, and never mixed into a measured
-split's test; a batch of them alone trains memory and leaves time's loss at zero, not NaN."""
+split's test; on a batch of them the time head is only pulled toward its physics base, never toward a NaN."""
 
 from __future__ import annotations
 
@@ -66,16 +66,21 @@ def test_traces_are_learned_in_the_serving_split_and_tested_only_where_held_out(
     assert fake - llama <= set(held["train"]) | set(held["val"])
 
 
-def test_a_batch_of_traces_alone_trains_memory_and_gives_time_no_loss(dataset):
+def test_on_traces_the_time_head_is_pulled_toward_its_base_and_on_measured_runs_not(dataset):
     from torch_geometric.loader import DataLoader
 
     from gnn.predictors.surrogate import TrainConfig, build_module
 
     fake = np.flatnonzero(is_fake(dataset.meta).to_numpy())
     module = build_module(dataset, TrainConfig(hidden=16, num_layers=2), np.arange(len(dataset)))
-    batch = next(iter(DataLoader(dataset[torch.as_tensor(fake)], batch_size=len(fake))))
     module.log = lambda *a, **k: None  # outside a Trainer
+    batch = next(iter(DataLoader(dataset[torch.as_tensor(fake)], batch_size=len(fake))))
+    out, has_time = module(batch), ~torch.isnan(batch.y[:, 0])
+    correction = out[:, 0] - module.model.physics_offset(batch.u)[:, 0]
+    assert torch.isclose(module._unmeasured_time_prior(out, batch, has_time), correction.abs().mean())
     loss = module._common_step(batch, 0, "train")
     assert torch.isfinite(loss) and loss > 0
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
+    measured = next(iter(DataLoader(dataset[torch.arange(8)], batch_size=8)))  # vTrain's runs: time measured
+    assert module._unmeasured_time_prior(module(measured), measured, torch.ones(8, dtype=torch.bool)) == 0
