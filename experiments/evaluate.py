@@ -40,14 +40,14 @@ from collect import REPO
 from collect.report import noise_floor, twin_groups
 from gnn.dataset.graphs import PlanGraphs
 from gnn.dataset.sources import source_files
-from gnn.dataset.splits import SERVING_SPLIT, named_splits
+from gnn.dataset.splits import FAKE, SERVING_SPLIT, named_splits, scored_domain
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.model.ensemble import DEFAULT_AGGREGATE, Ensemble
 from gnn.predictors.registry import BASELINE_NAMES, REGISTRY
 from gnn.predictors.surrogate import TrainConfig, calibrate_ensemble, gate, train_ensemble
 from gnn.tracking.runs import setup
-from gnn.tracking.scoring import FAKE, ensemble_records, score, scored_domain
+from gnn.tracking.scoring import ensemble_records, score
 
 CACHE = REPO / "build" / "evaluate"
 

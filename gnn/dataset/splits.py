@@ -30,6 +30,7 @@ from collect.published.moe import SWEEP as MOE_SWEEP  # one published MoE archit
 from collect.published.rows import SWEEP_PREFIX
 
 SERVING_SPLIT = "all/random"
+FAKE = "fake"  # the calibration and scoring domain of the fake traces, whatever GPU they are planned on
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
 UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
@@ -88,6 +89,12 @@ def is_fake(meta: pd.DataFrame) -> pd.Series:
     return meta["peak_mem_method"].eq("fake") if "peak_mem_method" in meta else pd.Series(False, index=meta.index)
 
 
+def scored_domain(rows: pd.DataFrame) -> pd.Series:
+    """What a row is calibrated and scored under: its hardware domain, or "fake" for a fake-tensor trace (predicted
+    as a plan of its GPU, never scored among that GPU's measured runs)."""
+    return rows["domain"].astype(str).where(~is_fake(rows), FAKE)
+
+
 def fake_model(rows: pd.DataFrame) -> pd.Series:
     """A traced model's name from its family and size in whole billions: llama-70b, moe-671b."""
     return rows["family"] + "-" + (rows["num_params"].astype(float) // 1e9).astype(int).astype(str) + "b"
@@ -100,7 +107,7 @@ def named_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     if not fake.any():
         return splits
     traces = meta[fake]
-    parts = {k: traces.index.to_numpy()[v] for k, v in _split(traces, random_test(traces["run_id"]), "fake").items()}
+    parts = {k: traces.index.to_numpy()[v] for k, v in _split(traces, random_test(traces["run_id"]), FAKE).items()}
     learned = {"train": np.concatenate([parts["train"], parts["test"]]), "val": parts["val"]}
     gpus = set(traces["domain"].astype(str))
     for name, split in splits.items():

@@ -18,6 +18,7 @@ from collect.schema import RunSpec
 from gnn import cancel
 from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import domain_of, row_to_spec
+from gnn.dataset.splits import FAKE, is_fake
 from gnn.inference.coverage import outside, spec_values
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
 from gnn.model import checkpoint
@@ -116,10 +117,10 @@ class BatchPredictor:
             )
 
     def predict(
-        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None
+        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None, **kw
     ) -> pd.DataFrame:
         """One row per spec, in order: point predictions, 80% intervals, fits, and the simulator's breakdown."""
-        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers))
+        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers, **kw))
 
     def predict_columns(
         self,
@@ -128,14 +129,16 @@ class BatchPredictor:
         flags: list[dict] | None = None,
         workers: int | None = None,
         should_stop=None,
+        calibrated_as: str | None = None,
     ) -> dict[str, np.ndarray]:
         """predict() as a dict of columns: what the service uses, since a DataFrame costs ~ms per small request.
         ``should_stop``: asked between chunks and inside them (gnn.cancel); when it answers True, gnn.cancel.Cancelled
-        is raised."""
+        is raised. ``calibrated_as``: the calibration domain whose interval factor applies, if not the hardware's
+        (Ensemble.predict)."""
         with cancel.stop_when(should_stop):
-            return self._predict_columns(specs, hardware, flags, workers)
+            return self._predict_columns(specs, hardware, flags, workers, calibrated_as)
 
-    def _predict_columns(self, specs, hardware, flags, workers) -> dict[str, np.ndarray]:
+    def _predict_columns(self, specs, hardware, flags, workers, calibrated_as=None) -> dict[str, np.ndarray]:
         record = load_hardware(hardware, self.hardware_dir)  # an unknown name fails here, not in a worker
         domain = domain_of(record.get("device"), record.get("device_kind"))  # its interval factor and ranges
         parts = {}
@@ -144,7 +147,8 @@ class BatchPredictor:
             for index, chunk in self.pool.chunks(specs, hardware, flags, workers):
                 self._check_layout(chunk.flat_names)
                 cancel.check(f"the prediction of {len(specs)} plans")
-                point = self.ensemble.predict_packed(chunk.packed(), [domain] * len(chunk.flat))
+                n = len(chunk.flat)
+                point = self.ensemble.predict_packed(chunk.packed(), [domain] * n, [calibrated_as or domain] * n)
                 # the chunk's graphs are let go here: only its simulator columns are kept for the answer
                 parts[index] = (point, {k: chunk.column(k) for k in SIM_COLUMNS})
         parts = [parts[i] for i in sorted(parts)]
@@ -173,12 +177,14 @@ class BatchPredictor:
         return [outside(spec_values(s), domain, ranges) for s in specs]
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """Predictions for rows in the data/runs format (each row names its hardware)."""
-        out = []
-        for hardware, group in rows.groupby(rows["fingerprint_id"].fillna("a100-80gb"), sort=False):
+        """Predictions for rows in the data/runs format (each row names its hardware); a fake trace's interval is
+        calibrated on fake traces (gnn.dataset.splits.scored_domain)."""
+        out, fake = [], is_fake(rows).map({True: FAKE, False: ""})
+        for (hardware, calibrated_as), group in rows.groupby([rows["fingerprint_id"].fillna("a100-80gb"), fake]):
             parsed = [row_to_spec(r) for r in group.to_dict("records")]
             specs, flags = [p[0] for p in parsed], [p[2] for p in parsed]
-            out.append(self.predict(specs, hardware, flags).set_index(group.index))
+            predicted = self.predict(specs, hardware, flags, calibrated_as=calibrated_as or None)
+            out.append(predicted.set_index(group.index))
         return pd.concat(out).loc[rows.index] if out else pd.DataFrame()
 
     def save(self, path: str | Path) -> None:

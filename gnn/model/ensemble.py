@@ -178,15 +178,17 @@ class Ensemble(nn.Module):
         }
 
     def predict(
-        self, graphs, batch_nodes: int = INFERENCE_NODES, domains: list[str] | None = None
+        self, graphs, batch_nodes: int = INFERENCE_NODES, domains: list[str] | None = None, calibrated_as=None
     ) -> dict[str, np.ndarray]:
         """Point predictions and interval bounds (seconds, bytes), in graph order. ``domains``: each graph's
-        hardware domain (cpu, a100, ...), whose interval factor applies; None: its device class's."""
-        return self._outputs(*self.raw(graphs, batch_nodes), domains)
+        hardware domain (cpu, a100, ...), whose ranges and interval factor apply; None: its device class's.
+        ``calibrated_as``: per graph, the calibration domain whose interval factor applies instead ("fake" for a
+        fake trace: gnn.dataset.splits.scored_domain)."""
+        return self._outputs(*self.raw(graphs, batch_nodes), domains, calibrated_as)
 
-    def predict_packed(self, batch: Packed, domains: list[str] | None = None) -> dict[str, np.ndarray]:
+    def predict_packed(self, batch: Packed, domains: list[str] | None = None, calibrated_as=None) -> dict:
         """predict() of graphs already joined into one (gnn.dataset.packed.Packed)."""
-        return self._outputs(*self.raw_packed(batch), domains)
+        return self._outputs(*self.raw_packed(batch), domains, calibrated_as)
 
     def interval_factors(self, classes: np.ndarray, domains: list[str] | None = None) -> np.ndarray:
         """[n, 2] the conformal factor of each graph: its domain's where calibrated, else its device class's."""
@@ -198,13 +200,11 @@ class Ensemble(nn.Module):
         own = self.k_domain.numpy()
         return np.array([own[index[d]] if d in index else k[i] for i, d in enumerate(domains)]).reshape(-1, 2)
 
-    def _outputs(
-        self, raw: np.ndarray, classes: np.ndarray, base: np.ndarray, cols: np.ndarray, domains: list[str] | None = None
-    ) -> dict[str, np.ndarray]:
+    def _outputs(self, raw, classes, base, cols, domains=None, calibrated_as=None) -> dict[str, np.ndarray]:
         floor, ceiling = self.limits.limits(cols, classes, base[:, 0])
         s = self.summarize(bounded(raw, floor, ceiling, base), base, classes)
         self._physics_beyond(s, base, self.limits.beyond_largest(cols, domains))
-        k = self.interval_factors(classes, domains)
+        k = self.interval_factors(classes, domains if calibrated_as is None else calibrated_as)
         widen = self.limits.widen.numpy()[classes] * self.limits.distance(cols, domains)
         out = {"oom_prob": s["oom_prob"]}
         for j, (name, lo, hi, log, spread) in enumerate(TARGETS):
@@ -227,7 +227,8 @@ class Ensemble(nn.Module):
     def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray, domains: list[str] | None = None) -> None:
         """Fit, per device class on held-out (validation) graphs with their measured log targets: the spread beyond
         which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
-        given each graph's hardware domain, k per domain with at least MIN_CALIBRATION_ROWS rows."""
+        given each graph's calibration domain (its hardware's, or "fake" for a fake trace, whose peak has no
+        measurement's noise), k per domain with at least MIN_CALIBRATION_ROWS rows."""
         raw, classes, base, cols = self.raw(graphs)
         self.limits.fit_ceiling(cols, classes, base[:, 0], log_time, log_mem)
         raw = bounded(raw, *self.limits.limits(cols, classes, base[:, 0]), base)

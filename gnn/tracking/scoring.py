@@ -11,11 +11,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnn.dataset.splits import is_fake
+from gnn.dataset.splits import scored_domain
 from gnn.model.intervals.conformal import interval_coverage
 from gnn.predictors.metrics import error_stats, oom_stats, ranking_stats
-
-FAKE = "fake"
 
 
 def score(rows: pd.DataFrame, pred: pd.DataFrame, base: dict) -> list[dict]:
@@ -47,12 +45,6 @@ def score(rows: pd.DataFrame, pred: pd.DataFrame, base: dict) -> list[dict]:
     return records
 
 
-def scored_domain(rows: pd.DataFrame) -> pd.Series:
-    """What a row is scored under: its hardware domain, or "fake" for a fake-tensor trace (predicted as a plan of its
-    GPU, never scored among that GPU's measured runs)."""
-    return rows["domain"].astype(str).where(~is_fake(rows), FAKE)
-
-
 def ensemble_frame(pred: dict, index) -> pd.DataFrame:
     """An Ensemble.predict result in the column names score() reads."""
     return pd.DataFrame(
@@ -78,7 +70,9 @@ def ensemble_records(
         idx = parts[part]
         rows = ds.meta.loc[idx]
         graphs = ds[torch.as_tensor(idx)]
-        pred = ensemble_frame(ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist()), rows.index)
+        calibrated_as = scored_domain(rows).tolist()
+        pred = ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist(), calibrated_as=calibrated_as)
+        pred = ensemble_frame(pred, rows.index)
         frames[part] = (rows, pred)
         prefix, name = split.split("/", 1)
         for domain, group in rows.groupby(scored_domain(rows)):

@@ -85,3 +85,25 @@ def test_on_traces_the_time_head_is_pulled_toward_its_base_and_on_measured_runs_
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
     measured = next(iter(DataLoader(dataset[torch.arange(8)], batch_size=8)))  # vTrain's runs: time measured
     assert module._unmeasured_time_prior(module(measured), measured, torch.ones(8, dtype=torch.bool)) == 0
+
+
+def test_a_traces_interval_is_calibrated_on_traces_and_a_measured_runs_on_measured_runs(dataset):
+    """A trace's peak has none of a measurement's noise: its interval takes the factor fitted on the traces, and a
+    measured run of the same plan on the same GPU its GPU's, never one pooled from both."""
+    from gnn.inference.predictor import BatchPredictor
+    from gnn.model.ensemble import Ensemble
+    from gnn.predictors.surrogate import TrainConfig, build_module
+
+    meta = dataset.meta
+    names = [c for c in meta.columns if c.startswith("f_")]
+    ens = Ensemble([build_module(dataset, TrainConfig(hidden=16, num_layers=2), np.arange(len(dataset)))])
+    ens.class_column = names.index("f_cuda")
+    ens.domain_names, ens.k_domain = ["fake", "h100"], torch.tensor([[1.0, 1.0], [1.0, 4.0]])
+    traces = meta[is_fake(meta)]
+    measured = traces.assign(peak_mem_method="allocator")  # the same plans, as if run on the GPU
+    predictor = BatchPredictor(ens, dataset.hardware_dir)
+    width = {}
+    for name, rows in (("fake", traces), ("h100", measured)):
+        pred = predictor.predict_rows(rows)
+        width[name] = np.log(pred["peak_mem_hi_bytes"] / pred["peak_mem_lo_bytes"]).to_numpy()
+    assert (width["fake"] > 0).all() and np.allclose(width["h100"], 4 * width["fake"], rtol=1e-3)
