@@ -6,7 +6,7 @@ The sweep's points (collect.sweep: its explicit points, or those its sampler dra
 deterministic) are traced one pipeline stage at a time, the stage's first rank in a process of its own
 (collect.fake.trace): with tensor, data and expert parallelism balanced, every rank of a stage holds what its first
 does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it ends: resumable, and
-nothing is lost to a crash or Ctrl-C), with
+nothing is lost to a crash, Ctrl-C or `kill`, each of which kills the traces it stops), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -170,15 +172,21 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
         # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space
         todo = random.Random(spec.seed).sample(todo, len(todo))[:limit]
         (out_dir / f"{spec.name}.sweep.json").write_text(spec.model_dump_json(indent=2))
+        stop = threading.Event()  # set on Ctrl-C or SIGTERM: every running trace's process is killed, not orphaned
         with ThreadPoolExecutor(workers) as pool, tqdm(total=len(todo), desc=spec.name, unit="plan") as bar:
-            futures = {pool.submit(trace_point, point, timeout_s): point for point in todo}
-            for future in as_completed(futures):
-                point = futures[future]
-                result, extra = future.result()
-                store.append(_row(spec, point, result, extra))
-                counts[result.status] += 1
-                bar.update()
-                bar.set_postfix(counts)
+            futures = {pool.submit(trace_point, point, timeout_s, stop.is_set): point for point in todo}
+            try:
+                for future in as_completed(futures):
+                    point = futures[future]
+                    result, extra = future.result()
+                    store.append(_row(spec, point, result, extra))
+                    counts[result.status] += 1
+                    bar.update()
+                    bar.set_postfix(counts)
+            except BaseException:  # what was stopped is not a row: a resume traces it
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
         store.compact()
     return {"traced": sum(counts.values()), **counts, "skipped_done": len(done)}
 
@@ -204,8 +212,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     spec = SweepSpec.from_yaml(args.sweep)
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops a sweep as Ctrl-C does
     print(json.dumps(run_sweep(spec, args.out, args.limit, args.workers, args.timeout_s)))
     return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -2,13 +2,21 @@
 and a plan that is not traced in time is a row saying so."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from collect.fake.sweep import FAKE_METHOD, _trace_rank, run_sweep, sampled_counts, stage_ranks, trace_point
 from collect.store import ResultStore
 from collect.sweep import SweepSpec
 from tests.conftest import tiny_spec
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _sweep(name: str, *points) -> SweepSpec:
@@ -77,3 +85,31 @@ def test_a_deep_pipeline_of_many_microbatches_is_extrapolated_both_ways_to_its_w
 def test_a_trace_told_to_stop_is_killed_and_says_so():
     result, extra = trace_point(tiny_spec(dp=2), timeout_s=600, should_stop=lambda: True)
     assert result.status == "error" and "rank 0: stopped before it was traced" in result.error and extra == {}
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while read
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_a_sweep_killed_mid_trace_kills_its_traces_and_keeps_no_row_for_them(tmp_path):
+    point = tiny_spec(dp=2, sharding="fsdp_full")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(_sweep("fake-killed", point).model_dump(mode="json")))
+    command = [sys.executable, "-m", "collect.fake.sweep", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path)]
+    sweep = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (traces := _children(sweep.pid)) and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.05)
+    assert traces, "the sweep started no trace"
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=60) != 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in traces)
+    assert ResultStore(tmp_path / "fake-killed.parquet").load().empty
