@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from gnn.model.network import PlanGNN
 
+LOSSES = {"l1": F.l1_loss, "mse": F.mse_loss}  # the regression loss on the log targets, by name
 OOM_WEIGHT = 0.1  # the oom head is a tie-breaker beside the memory regression
 # Where no time was measured (a fake trace: memory only), the time head's correction is pulled toward none, the
 # physics base, each such row weighing this much of a measured row's time error: trained on memory alone, the shared
@@ -75,7 +76,7 @@ class Surrogate(L.LightningModule):
         y = batch.y
         # On log targets, L1 is the error MAPE measures to first order, and it does not chase the heavy tail of
         # timings disturbed by contention (the noise floor's mean is 3x its median).
-        regression = F.l1_loss if self.hparams.loss == "l1" else F.mse_loss
+        regression = LOSSES[self.hparams.loss]
         # Under DDP the epoch means of val/test metrics are reduced over the ranks (a no-op in one process), so early
         # stopping and the checkpoint judge all validation rows, the same value on every rank. Unreduced, each rank
         # judges its own shard: Lightning keeps a checkpoint only if every rank improved and stops when any one

@@ -65,6 +65,9 @@ class AnalyticalTimeBase(nn.Module):
         return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()
 
 
+TIME_BASES = ("analytical", "simulator")  # what a time head may correct (time_base_for)
+
+
 def time_base_for(sim_index: tuple[int, int] | None, time_base: str, feature_names: list[str] | None):
     """What a network's time head corrects: the fitted analytical model, or None for the raw simulator's time
     (``time_base="simulator"``) or no physics at all (``sim_index`` None)."""

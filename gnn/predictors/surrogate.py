@@ -25,7 +25,8 @@ from gnn.dataset.splits import scored_domain
 from gnn.inference.predictor import BatchPredictor
 from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
-from gnn.model.lightning import Surrogate
+from gnn.model.lightning import LOSSES, Surrogate
+from gnn.model.physics_base import TIME_BASES
 from gnn.predictors.base import SIM_COLUMNS, Predictor
 from gnn.predictors.nested import correction_gates, measured, widening
 
@@ -56,6 +57,12 @@ class TrainConfig:
     physics: bool = True
     members: int = 3
     seed: int = 0
+
+    def __post_init__(self):
+        # a name off the list would train with another loss or base, silently
+        for field, value, allowed in (("loss", self.loss, LOSSES), ("time_base", self.time_base, TIME_BASES)):
+            if value not in allowed:
+                raise ValueError(f"TrainConfig.{field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
 def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Surrogate:

@@ -282,3 +282,12 @@ def test_each_hardware_domain_gets_its_own_interval_factor(vtrain_dataset, small
     BatchPredictor(ens, info={"name": "t"}).save(tmp_path / "p.pt")
     loaded = BatchPredictor.load(tmp_path / "p.pt").ensemble
     assert loaded.domain_names == ens.domain_names and torch.equal(loaded.k_domain, ens.k_domain)
+
+
+def test_a_misspelt_loss_or_time_base_is_refused_not_trained_with_another():
+    from gnn.predictors.surrogate import TrainConfig
+
+    for field, value in (("loss", "L1"), ("time_base", "analytic")):
+        with pytest.raises(ValueError, match=f"TrainConfig.{field} must be one of"):
+            TrainConfig(**{field: value})
+    assert TrainConfig(loss="mse", time_base="simulator").loss == "mse"
