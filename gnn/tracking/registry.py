@@ -17,16 +17,6 @@ FEATURES = "feature_version"  # a version's tag: the dataset and graph code it w
 SETTLE_READS = 20  # each read either finds the alias settled or moves it to a better version: few are needed
 
 
-def champion_metric(metric: str) -> float | None:
-    """The registered champion's value of ``metric``, or None if there is no champion."""
-    client = mlflow.MlflowClient()
-    try:
-        version = client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
-    except mlflow.exceptions.MlflowException:
-        return None
-    return client.get_run(version.run_id).data.metrics.get(metric)
-
-
 def champion_selection_now(ds, parts: dict, split: str) -> float | None:
     """The champion's validation selection metric under the current data and graph code (inf if it cannot read
     the current graphs).
