@@ -1,6 +1,7 @@
 """Bring vTrain's 1,440 real A100 measurements into plansight's row schema.
 
-    python -m collect.vtrain [--src data/external/vtrain/ground_truth_single.csv] [--out data/runs/vtrain-a100.parquet]
+    python -m collect.published.vtrain [--src data/external/vtrain/ground_truth_single.csv]
+        [--out data/runs/vtrain-a100.parquet]
 
 Source: VIA Research Group (KAIST), vTrain (MICRO 2024), data/ground_truth_single.csv
 at commit f8dda84, Megatron-DeepSpeed on one A100 node; see data/external/vtrain/.
