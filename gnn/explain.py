@@ -18,8 +18,8 @@ from collect.schema import RunSpec
 from gnn.costs.hardware import hardware_model
 from gnn.graph.passes import PassCompiler, shared_compiler
 from gnn.render import draw_timeline
+from gnn.sim.plan import sampled_counts, simulate_plan
 from gnn.sim.simulate import simulate
-from gnn.sim.truncate import sampled_counts, simulate_plan
 
 PARTS = ("weights", "gradients", "optimizer", "buffers", "activations")
 

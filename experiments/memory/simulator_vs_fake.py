@@ -21,7 +21,7 @@ from tqdm import tqdm
 from collect import REPO
 from gnn.costs.hardware import hardware_model
 from gnn.dataset.rows import load_fake, row_to_spec
-from gnn.sim.truncate import simulate_plan
+from gnn.sim.plan import simulate_plan
 
 GROUPS = ["family", "model", "sharding", "recompute", "sequence_parallel", "pipelined"]
 

@@ -8,7 +8,7 @@ import numpy as np
 from collect.schema import RunSpec
 from gnn.costs.hardware import HardwareModel
 from gnn.dataset.features import edge_arrays, node_features, plan_features, sim_features
-from gnn.sim.truncate import simulate_plan
+from gnn.sim.plan import simulate_plan
 
 
 def featurize_arrays(
@@ -17,7 +17,7 @@ def featurize_arrays(
     """A plan's execution graph as arrays (x, edge_index, edge_attr, u), and its flat features and simulator
     outputs. Plain numpy, so it crosses process boundaries as bytes: torch tensors would travel through
     shared-memory handles, one per tensor, which costs more than building the graph. ``compilers``: a pass
-    compiler cache for a batch of plans (gnn.sim.truncate.simulate_plan). ``memory_pp_rank``: the pipeline rank
+    compiler cache for a batch of plans (gnn.sim.plan.simulate_plan). ``memory_pp_rank``: the pipeline rank
     whose peak memory was measured (gnn.dataset.rows.measured_pp_rank), for the simulator's memory feature."""
     graph, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hw, compilers)
     index, attr = edge_arrays(graph)

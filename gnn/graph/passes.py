@@ -5,7 +5,7 @@ first and last micro-batches differ (the first backward allocates the gradients;
 the first and last), so a plan has a handful of distinct passes, and gnn.graph.build repeats their rows across
 the schedule. Rows are built for one stage of a role (first, middle, last) with rank and micro-batch 0;
 gnn.graph.build fills in all three where it places a pass. Nothing here depends on the micro-batch count or the
-pipeline schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated plan (gnn.sim.truncate)
+pipeline schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated plan (gnn.sim.plan)
 share one compiler, and so can the plans of a batch that differ only in those (``shared_compiler``).
 """
 

@@ -1,7 +1,7 @@
 """What predicting a plan costs, from its fields alone, before any of it is done.
 
 Featurisation builds each plan's execution graph (gnn.graph.build) and simulates it; a plan with many
-micro-batches is simulated as two short graphs (gnn.sim.truncate.sampled_counts) and the GNN reads the shorter.
+micro-batches is simulated as two short graphs (gnn.sim.plan.sampled_counts) and the GNN reads the shorter.
 A graph holds 2 passes per stage and micro-batch plus one optimizer step per pipeline rank, so its passes are a
 closed form of (pp, virtual stages, micro-batches). Building and simulating a graph costs per node, and a pass
 holds 3 nodes, more with tensor, context or expert parallelism, FSDP and recompute (``nodes_per_pass``: an
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collect.schema import Plan
-from gnn.sim.truncate import sampled_counts
+from gnn.sim.plan import sampled_counts
 
 # per unit (experiments/results/request_cost.json)
 SECONDS_FIXED = 0.2  # a request's first plan on a hardware record or pipeline shape the server has not seen

@@ -106,7 +106,7 @@ def test_simulated_peak_matches_two_rank_measurement(pools, sharding, tolerance)
     buckets, FSDP2's kept and prefetched blocks and gradients written during the backward were modelled, it
     simulated 61.7, 46.4, 32.7 and 35.9 MB."""
     from gnn.costs.hardware import hardware_model
-    from gnn.sim.truncate import simulate_plan
+    from gnn.sim.plan import simulate_plan
 
     wide = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 32, "vocab": 512, "micro_batch_size": 2}
     spec = tiny_spec(dp=2, sharding=sharding, workload=wide)
@@ -130,7 +130,7 @@ def test_uneven_pipeline_stages_run_and_are_simulated_per_rank(pools):
     """3 layers on 2 stages split [2, 1] (Plan.stage_layers): the collector builds them, and the first rank, with
     two blocks' weights, gradients and Adam moments, peaks well above the second, in the simulator too."""
     from gnn.costs.hardware import hardware_model
-    from gnn.sim.truncate import simulate_plan
+    from gnn.sim.plan import simulate_plan
 
     wide = {"layers": 3, "hidden": 256, "heads": 4, "seq_len": 8, "vocab": 128, "micro_batch_size": 1}
     spec = tiny_spec(pp=2, num_microbatches=2, workload=wide)
@@ -149,7 +149,7 @@ def test_a_pipeline_that_keeps_only_the_loss_frees_each_output_at_its_backward(p
     collector's default, on 1F1B's last stage: measured 14.3 against 38.8 MB; the graph drops the kept outputs too
     (12.3 against 29.1 MB simulated)."""
     from gnn.costs.hardware import hardware_model
-    from gnn.sim.truncate import simulate_plan
+    from gnn.sim.plan import simulate_plan
 
     w = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 4096, "micro_batch_size": 2}
     peaks, simulated = [], []

@@ -9,7 +9,7 @@ from collect.schema.choices import FLOAT8_SCALINGS
 from gnn.costs.analytic import block_costs, state_bytes
 from gnn.costs.gpu import ASSUMED_KERNEL_GAP_S, GpuKernels, Rate, _core_seconds
 from gnn.costs.hardware import hardware_model
-from gnn.sim.truncate import simulate_plan
+from gnn.sim.plan import simulate_plan
 
 LLAMA = dict(family="llama", layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=256, seq_len=32)
 MIXED = dict(fp32_master_weights=True, fp32_grads=True)

@@ -226,7 +226,7 @@ def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_grap
     how they shard share the passes and optimizer steps that do not read it; their graphs and simulations are
     those of fresh compilers."""
     from gnn.graph.passes import PassCompiler
-    from gnn.sim.truncate import simulate_plan
+    from gnn.sim.plan import simulate_plan
 
     hw, cache = UnitHardware(), {}
     plans = [

@@ -21,7 +21,7 @@ from experiments.bench.request_cost import tree_rss
 from gnn.costs.hardware import hardware_model
 from gnn.inference.cost import CHUNK_BYTES, REQUEST_SECONDS, graph_passes, nodes_per_pass, plan_cost, request_cost
 from gnn.inference.workers import CHUNK, chunk_bounds
-from gnn.sim import truncate
+from gnn.sim import plan as sim_plan
 from serve.guard import BODY_DEADLINE_CHUNKS
 from serve.schemas import MAX_MICROBATCHES, MAX_PLANS
 from tests.serve.conftest import CLIENT_TIMEOUT_S, CLUSTER, REPO, WORKLOAD, start_server
@@ -180,13 +180,13 @@ def test_every_answered_edge_is_estimated_within_the_budget():
 )
 def test_the_estimate_counts_the_passes_featurisation_builds(monkeypatch, pp, virtual, microbatches, schedule):
     built = []
-    real = truncate.build_graph
-    monkeypatch.setattr(truncate, "build_graph", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    real = sim_plan.build_graph
+    monkeypatch.setattr(sim_plan, "build_graph", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     w = Workload(layers=16, hidden=64, heads=2, seq_len=32, vocab=128, micro_batch_size=1,
                  global_batch_size=microbatches)  # fmt: skip
     plan = Plan(pp=pp, pp_schedule=schedule, virtual_stages=virtual, num_microbatches=microbatches)
     cluster = Cluster(devices_per_node=pp, memory_bytes=2**30)
-    truncate.simulate_plan(w, plan, cluster, hardware_model("a100-80gb", "data/hardware"))
+    sim_plan.simulate_plan(w, plan, cluster, hardware_model("a100-80gb", "data/hardware"))
     assert list(graph_passes(plan)) == [len(g.passes.start) for g in built]
 
 
@@ -210,7 +210,7 @@ def test_the_estimate_bounds_the_nodes_of_a_pass_closely(moe, tp, cp, ep, shardi
     cluster = Cluster(nodes=max(world // 8, 1), devices_per_node=min(world, 8), device="cuda",
                       device_kind="h100-80gb", memory_bytes=80 * 2**30, backend="nccl")  # fmt: skip
     w = (MOE if moe else DENSE).model_copy(update={"global_batch_size": 8 * plan.dp})
-    graph = truncate.build_graph(w, plan, cluster, hardware_model("h100-80gb", "data/hardware"))
+    graph = sim_plan.build_graph(w, plan, cluster, hardware_model("h100-80gb", "data/hardware"))
     built = graph.num_nodes / len(graph.passes.start)
     assert built <= nodes_per_pass(plan) <= 1.35 * built, (built, nodes_per_pass(plan))
 

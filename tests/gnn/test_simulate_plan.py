@@ -5,8 +5,8 @@ import pytest
 from collect.schema import RunSpec
 from gnn.costs.hardware import hardware_model
 from gnn.graph.build import build_graph
+from gnn.sim.plan import sampled_counts, simulate_plan
 from gnn.sim.simulate import simulate
-from gnn.sim.truncate import sampled_counts, simulate_plan
 
 A100 = hardware_model("a100-80gb", "data/hardware")
 PLANS = [

@@ -1,4 +1,5 @@
-"""Plans with many micro-batches: simulate two short runs of the schedule and extrapolate.
+"""A plan simulated (simulate_plan): its graph built and run, and a plan of many micro-batches as two short runs of
+its schedule, extrapolated.
 
 A graph has nodes per stage, micro-batch and phase, so a plan with 64
 micro-batches compiles to thousands of nodes, and both the simulator and the
@@ -7,7 +8,7 @@ the warm-up, each extra micro-batch adds the same steady-state period to the
 iteration, and the same activations (GPipe) or none (1F1B, accumulation) to
 the peak. So the simulator's outputs are affine in the micro-batch count, and
 two short runs, of pp + 1 and 2 * pp + 1 micro-batches (3 * pp and 4 * pp when
-interleaved: multiples of pp, as that schedule requires), give the whole line. tests/gnn/test_truncate.py
+interleaved: multiples of pp, as that schedule requires), give the whole line. tests/gnn/test_simulate_plan.py
 checks that the extrapolation matches simulating every micro-batch.
 
 The GNN sees the shorter graph: a full pipeline fill and drain, which holds
