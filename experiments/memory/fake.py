@@ -1,6 +1,6 @@
 """The fake-tensor tracer (collect.fake) against the counting allocator: real CPU peaks of the same plans.
 
-    python -m experiments.memory.fake [--plans 240] [--workers 2]
+    python -m experiments.memory.fake [--plans 240] [--workers 2] [--remeasure]
 
 Draws plans from the CPU rows whose peak the counting allocator measured (data/runs), spread over every family,
 sharding, recompute and layout the collector ran (a seeded draw, at most --plans, the same per stratum), traces
@@ -9,25 +9,37 @@ measured one of that rank. A mixture of experts is traced with every expert rout
 where the real router's counts follow its data, and CPU collectives on gloo make copies a fake group does not:
 both show in the errors by family and by sharding. Resumable: each traced plan is appended to
 experiments/results/fake_vs_real.jsonl as it ends; the summary is experiments/results/fake_vs_real.json.
+``--remeasure``: each plan is measured again by the collector on this code (experiments/results/fake_vs_rerun.jsonl,
+resumable too), and the summary's ``same_code`` compares the traces with those peaks: a row collected before the
+model code last changed holds what that code kept. Both journals key each line on the code that made it (CODE): a
+trace or measurement of other code is made again.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from collect import REPO
+from collect.launch.pool import LocalPool
+from collect.measure.plan import MeasureSettings
 from collect.store import ResultStore
 from gnn.dataset.rows import row_to_spec
+from gnn.dataset.sources import source_files
 
 RESULTS = REPO / "experiments" / "results"
+# the model, parallelism, tracer and measuring code: a trace or a measurement of other code is done again
+CODE = hashlib.sha256(b"".join(p.read_bytes() for p in source_files(["collect.fake.trace", "collect.measure.plan"])))
+CODE = CODE.hexdigest()[:12]
 STRATA = ["family", "sharding", "recompute", "pipelined", "tensor_parallel", "expert_parallel"]
 
 
@@ -56,7 +68,7 @@ def traced(row: pd.Series) -> dict:
     spec, _, _ = row_to_spec(row)
     measured = list(row["peak_mem_bytes_per_rank"])
     stride = len(measured) // int(row["pp"])
-    out = {"run_id": row["run_id"], **{k: _plain(row[k]) for k in STRATA}, "ranks": []}
+    out = {"run_id": row["run_id"], "code": CODE, **{k: _plain(row[k]) for k in STRATA}, "ranks": []}
     for pp_rank in range(int(row["pp"])):
         rank = pp_rank * stride
         command = [sys.executable, "-m", "collect.fake.trace", spec.model_dump_json(), "--rank", str(rank)]
@@ -68,18 +80,40 @@ def traced(row: pd.Series) -> dict:
     return out
 
 
+def remeasured(rows: list[pd.Series], journal) -> dict[str, list[int]]:
+    """Each plan's per-rank peaks measured again by the collector on this code (collect.launch.pool, the counting
+    allocator over its two-step memory window), each appended to ``journal`` as it ends: a row collected on older
+    model code may hold what that code kept."""
+    settings = MeasureSettings(warmup_iters=0, timed_iters=1)
+    out, by_world = {}, {}
+    for row in rows:
+        by_world.setdefault(int(row["world_size"]), []).append(row)
+    with tqdm(total=len(rows), desc="measuring again", unit="plan") as bar:
+        for world, group in sorted(by_world.items()):
+            with LocalPool(world, settings) as pool:
+                for row in group:
+                    result = pool.run(row_to_spec(row)[0])
+                    out[row["run_id"]] = [int(b) for b in result.peak_mem_bytes_per_rank or []]
+                    journal.write(json.dumps([row["run_id"], out[row["run_id"]], CODE]) + "\n")
+                    journal.flush()
+                    bar.update()
+    return out
+
+
+def _journal(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def summary(results: list[dict]) -> dict:
-    ok = [r for r in results if "error" not in r]
+def summary(results: list[dict], against: str = "measured") -> dict:
+    """Errors of the traces against the rows' peaks (``against`` "measured"), or the peaks measured again on this
+    code ("remeasured")."""
+    ok = [r for r in results if "error" not in r and all(x.get(against) for x in r["ranks"])]
     frame = pd.DataFrame(
-        [
-            {**{k: r[k] for k in STRATA}, "error": x["peak_mem_bytes"] / x["measured"] - 1}
-            for r in ok
-            for x in r["ranks"]
-        ]
+        [{**{k: r[k] for k in STRATA}, "error": x["peak_mem_bytes"] / x[against] - 1} for r in ok for x in r["ranks"]]
     )
     errors = frame["error"].abs()
 
@@ -108,9 +142,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=int, default=240)
     parser.add_argument("--workers", type=int, default=2, help="plans traced at once (a process each)")
+    parser.add_argument("--remeasure", action="store_true", help="measure each plan again on this code, beside")
     args = parser.parse_args()
     journal = RESULTS / "fake_vs_real.jsonl"
-    done = [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+    done = [r for r in _journal(journal) if r.get("code") == CODE]
     seen = {r["run_id"] for r in done}
     todo = [row for _, row in drawn(measured_rows(), args.plans).iterrows() if row["run_id"] not in seen]
     with open(journal, "a") as out, ThreadPoolExecutor(args.workers) as pool:
@@ -118,7 +153,20 @@ def main() -> None:
             out.write(json.dumps(result) + "\n")
             out.flush()
             done.append(result)
+    if args.remeasure:
+        rerun = RESULTS / "fake_vs_rerun.jsonl"
+        again = {r[0]: r[1] for r in _journal(rerun) if r[2:] == [CODE]}
+        rows = {r["run_id"]: r for _, r in drawn(measured_rows(), args.plans).iterrows()}
+        todo = [rows[r["run_id"]] for r in done if r["run_id"] in rows and r["run_id"] not in again]
+        with open(rerun, "a") as journal:
+            again |= remeasured(todo, journal)
+        for r in done:
+            for x in r["ranks"]:
+                peaks = again.get(r["run_id"], [])
+                x["remeasured"] = peaks[x["rank"]] if x["rank"] < len(peaks) else None
     report = summary(done)
+    if args.remeasure:
+        report["same_code"] = summary(done, "remeasured")
     (RESULTS / "fake_vs_real.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if not k.startswith("by_") and k != "failed"}, indent=1))
     for key in ("by_family", "by_sharding", "by_pipelined", "by_expert_parallel"):
