@@ -11,14 +11,14 @@ from __future__ import annotations
 import pandas as pd
 
 PLAN_FEATURES_PREFIX = "f_"
-SIM_COLUMNS = (
+SIM_FEATURES = (
     "f_log_sim_time",
     "f_log_sim_mem",
     "f_log_sim_compute",
     "f_log_sim_comm",
     "f_log_sim_exposed",
     "f_log_analytic_mem",
-)  # model outputs, not plan features: kept from the tabular baseline
+)  # the simulator's outputs among the plan features (f_*), in log units: kept from the tabular baseline
 
 
 class Predictor:

@@ -22,7 +22,7 @@ import pandas as pd
 from collect.hardware.records import UnknownHardware, load_hardware
 from gnn.costs.efficiency import relative_nnls, time_terms
 from gnn.dataset.rows import ASSUMED_DTYPE, has_memory, has_time
-from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_COLUMNS, Predictor
+from gnn.predictors.base import PLAN_FEATURES_PREFIX, SIM_FEATURES, Predictor
 
 RULE_OF_THUMB_MFU = 0.40  # the rule's "40% of peak"
 
@@ -94,7 +94,7 @@ class GBTPredictor(Predictor):
 
     @staticmethod
     def _x(df: pd.DataFrame) -> np.ndarray:
-        cols = [c for c in df.columns if c.startswith(PLAN_FEATURES_PREFIX) and c not in SIM_COLUMNS]
+        cols = [c for c in df.columns if c.startswith(PLAN_FEATURES_PREFIX) and c not in SIM_FEATURES]
         return df[sorted(cols)].to_numpy(dtype=float)
 
     def fit(self, train, val=None):

@@ -27,7 +27,7 @@ from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
 from gnn.model.lightning import LOSSES, Surrogate
 from gnn.model.physics_base import TIME_BASES
-from gnn.predictors.base import SIM_COLUMNS, Predictor
+from gnn.predictors.base import SIM_FEATURES, Predictor
 from gnn.predictors.nested import correction_gates, measured, widening
 
 SELECTION_METRIC = "val_mape"  # time MAPE + memory MAPE on the validation rows
@@ -74,7 +74,7 @@ def build_module(ds: PlanGraphs, cfg: TrainConfig, train_idx: np.ndarray) -> Sur
         sim_index=(names.index("f_log_sim_time"), names.index("f_log_sim_mem")),
         physics_columns={
             "node": [NODE_FEATURES.index(f) for f in PHYSICS_NODE_FEATURES],
-            "global": [names.index(c) for c in SIM_COLUMNS],
+            "global": [names.index(c) for c in SIM_FEATURES],
         },
         physics=cfg.physics,
         hidden=cfg.hidden,
