@@ -81,7 +81,10 @@ def _diverse_top(score: np.ndarray, groups: np.ndarray, k: int) -> np.ndarray:
     return np.array(picked)
 
 
-class Surrogate(Protocol):
+class TimeModel(Protocol):
+    """What an active sweep asks of a model of log iteration time (gnn.acquire's): fitted on the measured plans,
+    a mean and a spread for each candidate."""
+
     def fit(self, points: list[RunSpec], log_times: np.ndarray) -> None: ...
 
     def predict(self, points: list[RunSpec]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +102,7 @@ class ActiveLoop:
     """The state of an active sweep, rebuilt from its rows: which plans are measured, what they cost, what is
     next. ``candidates``: every plan the sweep may measure (collect.sweep.all_points)."""
 
-    def __init__(self, spec: SweepSpec, candidates: list[RunSpec], surrogate: Surrogate | None, rows: list[dict] = ()):
+    def __init__(self, spec: SweepSpec, candidates: list[RunSpec], surrogate: TimeModel | None, rows: list[dict] = ()):
         self.spec, self.surrogate = spec, surrogate
         self.points = {p.run_id: p for p in candidates}
         picker = random.Random(spec.seed)

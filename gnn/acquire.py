@@ -56,7 +56,7 @@ class ResidualTrees:
 
 
 class PlanSurrogate:
-    """collect.active.Surrogate over plans priced on one hardware record: the simulator's log time corrected by
+    """collect.active.TimeModel over plans priced on one hardware record: the simulator's log time corrected by
     ResidualTrees. Each plan is featurised once (execution graph and simulation) and kept."""
 
     def __init__(self, hardware: str, hardware_dir: str = "data/hardware", seed: int = 0):

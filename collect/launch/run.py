@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from collect.active import ActiveLoop, Surrogate
+from collect.active import ActiveLoop, TimeModel
 from collect.hardware.take import largest_message, take_fingerprint
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
@@ -52,7 +52,7 @@ class SweepRunner:
         spec: SweepSpec,
         out_dir: str | Path = "data/runs",
         hardware_dir: str | Path = "data/hardware",
-        surrogate: Callable[[str], Surrogate] | None = None,
+        surrogate: Callable[[str], TimeModel] | None = None,
     ):
         """``surrogate``: for active sweeps, makes the model that chooses plans, given the hardware's name."""
         if spec.sampler == "active" and surrogate is None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from collect.active import ActiveLoop, Surrogate
+from collect.active import ActiveLoop, TimeModel
 from collect.hardware.fingerprint import measure_fingerprint_on_rank
 from collect.hardware.take import MAX_MESSAGE_BYTES, largest_message, save_fingerprint
 from collect.launch.result import RankOutcome, build_row, combine_ranks
@@ -86,7 +86,7 @@ def run_under_torchrun(
     spec: SweepSpec,
     out_dir: str | Path,
     limit: int | None = None,
-    surrogate: Callable[[str], Surrogate] | None = None,
+    surrogate: Callable[[str], TimeModel] | None = None,
     hardware_dir: str | Path = "data/hardware",
 ) -> dict | None:
     """Returns the status counts on rank 0, None on the other ranks. ``surrogate``: for active sweeps, makes the
@@ -177,7 +177,7 @@ class _Job:
         for point, repeat_index, group in todo:
             self.measure(point, f"[{len(todo)}]", repeat_index, repeat_group=group)
 
-    def run_active(self, surrogate: Callable[[str], Surrogate], limit: int | None) -> None:
+    def run_active(self, surrogate: Callable[[str], TimeModel], limit: int | None) -> None:
         loop = None
         if self.rank == 0:
             mine = [p for p in all_points(self.spec) if self.runs(p)]

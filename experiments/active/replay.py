@@ -56,7 +56,7 @@ def pool_rows(meta: pd.DataFrame, sweep: str) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-class Surrogate:
+class ReplayModel:
     """gnn.acquire's ensemble on the pool's precomputed features: the simulator's log time, corrected."""
 
     def __init__(self, rows: pd.DataFrame):
@@ -76,7 +76,7 @@ def run(rows: pd.DataFrame, strategy: str, seed: int, batch: int, budget_h: floa
     rng = np.random.default_rng(seed)
     test = random_test(rows["run_id"]).to_numpy()
     pool = np.flatnonzero(~test)
-    surrogate, truth = Surrogate(rows), rows["iter_time_s"].to_numpy(dtype=float)
+    surrogate, truth = ReplayModel(rows), rows["iter_time_s"].to_numpy(dtype=float)
     known = np.random.default_rng(1000 + seed).choice(pool, size=batch, replace=False)  # shared by strategies
     spent, curve = float(rows["cost_h"].to_numpy()[known].sum()), []
     for step in range(10_000):
