@@ -12,13 +12,10 @@ once (how much ranks sharing cores slow each other).
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 import torch.distributed as dist
 
-from collect.measure.blocks import concurrency_points, measure_block_profile, tp_layer_points
+from collect.measure.blocks import concurrency_points, measure_block_profile, median_time, tp_layer_points
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 MATMUL_SIZES = (128, 256, 512, 1024)
@@ -62,25 +59,6 @@ def measure_fingerprint_on_rank(
     return points + (concurrency_points(device, dtype, repeats) if blocks else [])
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # kernels and NCCL collectives return before they finish
-
-
-def _time(fn, repeats: int, barrier: bool, device: torch.device) -> float:
-    fn()  # warm-up: first call pays connection and allocation set-up
-    samples = []
-    for _ in range(repeats):
-        if barrier:
-            dist.barrier()
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def _compute_points(repeats: int, device: torch.device) -> list[dict]:
     points = []
     cuda = device.type == "cuda"
@@ -88,13 +66,13 @@ def _compute_points(repeats: int, device: torch.device) -> list[dict]:
         for n in CUDA_MATMUL_SIZES if cuda else MATMUL_SIZES:
             a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
             b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
-            seconds = _time(lambda: torch.mm(a, b), repeats, barrier=False, device=device)
+            seconds = median_time(lambda: torch.mm(a, b), device, repeats, warmups=1)
             points.append(
                 {"kind": "matmul", "dtype": dtype, "n": n, "time_s": seconds, "flops_per_s": 2 * n**3 / seconds}
             )
     src = torch.empty(CUDA_COPY_BYTES if cuda else COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = _time(lambda: dst.copy_(src), repeats, barrier=False, device=device)
+    seconds = median_time(lambda: dst.copy_(src), device, repeats, warmups=1)
     # a copy reads and writes every byte once
     points.append(
         {"kind": "memory_bandwidth", "bytes": src.numel(), "time_s": seconds, "bytes_per_s": 2 * src.numel() / seconds}
@@ -120,7 +98,7 @@ def _collective_point(op: str, size: int, world: int, repeats: int, device: torc
         fn = lambda: dist.all_to_all_single(out, x)
     else:  # send_recv: rank 0 <-> 1 ping, the pipeline's point-to-point pattern
         fn = lambda: _ping(x, rank)
-    seconds = _time(fn, repeats, barrier=True, device=device)
+    seconds = median_time(fn, device, repeats, warmups=1, barrier=True)
     return {"kind": "collective", "op": op, "group_size": world, "bytes": numel * 4, "time_s": seconds}
 
 

@@ -56,20 +56,25 @@ def heads_for(hidden: int) -> int:
     return max(1, hidden // 32)  # head dim 32, as the CPU sweeps' widest shape
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)  # kernels and NCCL collectives return before they finish
 
 
-def _median_time(fn, device: torch.device, repeats: int) -> float:
-    fn()
-    fn()  # warm-up: allocator, autograd and DTensor's sharding-propagation caches
+def median_time(fn, device: torch.device, repeats: int, warmups: int = 2, barrier: bool = False) -> float:
+    """The median wall time of ``fn`` over ``repeats`` calls after ``warmups`` (the allocator's, autograd's and
+    DTensor's sharding-propagation caches; a collective's connection set-up); ``barrier``: the ranks start each
+    call together."""
+    for _ in range(warmups):
+        fn()
     samples = []
     for _ in range(repeats):
-        _sync(device)
+        if barrier:
+            dist.barrier()
+        sync(device)
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
@@ -81,8 +86,8 @@ def _forward_backward(module_fn, grad_of, device: torch.device, repeats: int) ->
         out = module_fn()
         out.backward(grad_of(out))
 
-    forward = _median_time(module_fn, device, repeats)
-    both = _median_time(step, device, repeats)
+    forward = median_time(module_fn, device, repeats)
+    both = median_time(step, device, repeats)
     return forward, max(both - forward, 0.0)
 
 
@@ -169,7 +174,7 @@ def optimizer_points(grid, vocab: int, device: torch.device, dtype: torch.dtype,
             # CUDA's default foreach step refuses a group mixing DTensors and tensors (a tp layer's norms stay plain)
             mixed = len({isinstance(p, DTensor) for p in params}) > 1
             opt = torch.optim.AdamW(params, lr=1e-4, foreach=False if mixed else None)
-            seconds = _median_time(opt.step, device, repeats)
+            seconds = median_time(opt.step, device, repeats)
             points.append(
                 {
                     "kind": "optimizer",
@@ -244,7 +249,7 @@ def concurrency_points(device: torch.device, dtype: torch.dtype, repeats: int) -
         step = lambda: layer(x).backward(torch.ones_like(x))
         if dist.is_initialized():
             dist.barrier()
-        seconds = _median_time(step, device, repeats)
+        seconds = median_time(step, device, repeats)
         points.append(
             {
                 "kind": "concurrency",
