@@ -29,9 +29,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from collect.hardware.take import MAX_MESSAGE_BYTES, take_fingerprint
 from collect.inputs import InputError, load_model, local_problems, read_json, run_reporting_errors, validation_lines
 from collect.kernels import __main__ as kernels
+from collect.launch.fingerprint import MAX_MESSAGE_BYTES, take_fingerprint
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.launch.run import SweepRunner

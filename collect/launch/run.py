@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from collect.active import ActiveLoop, TimeModel
-from collect.hardware.take import largest_message, take_fingerprint
+from collect.launch.fingerprint import largest_message, take_fingerprint
 from collect.launch.pool import LocalPool
 from collect.launch.result import build_row
 from collect.measure.fits import refuse_unfit

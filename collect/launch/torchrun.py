@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from collect.active import ActiveLoop, TimeModel
 from collect.hardware.fingerprint import measure_fingerprint_on_rank
-from collect.hardware.take import MAX_MESSAGE_BYTES, largest_message, save_fingerprint
+from collect.launch.fingerprint import MAX_MESSAGE_BYTES, largest_message, save_fingerprint
 from collect.launch.result import RankOutcome, build_row, combine_ranks
 from collect.measure.plan import measure_on_rank
 from collect.measure.trainer import TORCH_DTYPES
