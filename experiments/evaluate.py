@@ -39,7 +39,7 @@ from tqdm import tqdm
 from collect import REPO
 from collect.report import noise_floor, twin_groups
 from gnn.dataset.graphs import PlanGraphs
-from gnn.dataset.sources import source_files
+from gnn.dataset.sources import code_key
 from gnn.dataset.splits import FAKE, SERVING_SPLIT, named_splits, scored_domain
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
@@ -90,7 +90,7 @@ SCORING = 10  # bump when calibration or scoring changes: records are then recom
 def model_path(ds: PlanGraphs, split: str, cfg: TrainConfig, name: str = "gnn") -> Path:
     """Where the ensemble trained on ``split`` with ``cfg`` is kept (keyed on the data, the graph code, cfg and the
     training code: every project module gnn.predictors.surrogate imports, the loss among them)."""
-    code = hashlib.sha256(b"".join(p.read_bytes() for p in source_files(["gnn.predictors.surrogate"]))).hexdigest()
+    code = code_key(["gnn.predictors.surrogate"])
     key = hashlib.sha256(json.dumps([ds.key, split, asdict(cfg), code], sort_keys=True).encode()).hexdigest()[:12]
     return CACHE / f"{name}-{split.replace('/', '-')}-{key}.pt"
 

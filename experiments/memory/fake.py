@@ -18,7 +18,6 @@ trace or measurement of other code is made again.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -34,12 +33,11 @@ from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
 from collect.store import ResultStore
 from gnn.dataset.rows import row_to_spec
-from gnn.dataset.sources import source_files
+from gnn.dataset.sources import code_key
 
 RESULTS = REPO / "experiments" / "results"
 # the model, parallelism, tracer and measuring code: a trace or a measurement of other code is done again
-CODE = hashlib.sha256(b"".join(p.read_bytes() for p in source_files(["collect.fake.trace", "collect.measure.plan"])))
-CODE = CODE.hexdigest()[:12]
+CODE = code_key(["collect.fake.trace", "collect.measure.plan"])[:12]
 STRATA = ["family", "sharding", "recompute", "pipelined", "tensor_parallel", "expert_parallel"]
 
 

@@ -9,6 +9,7 @@ rebuilds the cache. No hand-kept list to forget a file in. The layering test
 from __future__ import annotations
 
 import ast
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -65,3 +66,8 @@ def closure(modules: list[str], root: Path = REPO) -> list[str]:
 
 def source_files(modules: list[str], root: Path = REPO) -> list[Path]:
     return [module_file(m, root) for m in closure(modules, root)]
+
+
+def code_key(modules: list[str], root: Path = REPO) -> str:
+    """A hash of the source of ``modules`` and all they import: what a cached result made by that code is keyed on."""
+    return hashlib.sha256(b"".join(p.read_bytes() for p in source_files(modules, root))).hexdigest()

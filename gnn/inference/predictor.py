@@ -117,10 +117,15 @@ class BatchPredictor:
             )
 
     def predict(
-        self, specs: list[RunSpec], hardware: str, flags: list[dict] | None = None, workers: int | None = None, **kw
+        self,
+        specs: list[RunSpec],
+        hardware: str,
+        flags: list[dict] | None = None,
+        workers: int | None = None,
+        calibrated_as: str | None = None,
     ) -> pd.DataFrame:
         """One row per spec, in order: point predictions, 80% intervals, fits, and the simulator's breakdown."""
-        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers, **kw))
+        return pd.DataFrame(self.predict_columns(specs, hardware, flags, workers, calibrated_as=calibrated_as))
 
     def predict_columns(
         self,
