@@ -205,3 +205,40 @@ def _held_out_gpu(meta: pd.DataFrame, gpu: str) -> dict[str, dict[str, np.ndarra
         d = meta[meta["domain"].isin([gpu, UNMEASURED_GPUS[gpu]])]
     parts = _split(d.reset_index(drop=True), (d["domain"] == gpu).reset_index(drop=True), "held_out_gpu")
     return {f"{gpu}/held_out_gpu": {k: d.index.to_numpy()[v] for k, v in parts.items()}}
+
+
+MIN_SOURCE_ROWS = 20  # timed runs a source needs to be held out: fewer say little about a new cluster
+
+
+def source_of(meta: pd.DataFrame) -> pd.Series:
+    """Each row's source: one public table, or one cluster under one framework. The Playbook's Nanotron runs
+    (the 8B's file with them), vTrain's A100 runs, DLPerf's V100 table, NVIDIA's NeMo 24.07 table (its three
+    revisions together), NVIDIA's Megatron-Bridge dense runs (H100 and Blackwell), its MoE runs, the collector's own
+    GPU runs per GPU (sweeps and probes: collector-h200), each CPU sitting; any other row is its sweep."""
+    sweep = meta["sweep_id"].fillna("").astype(str) if "sweep_id" in meta else pd.Series("", index=meta.index)
+    text = meta["source"].fillna("").astype(str) if "source" in meta else pd.Series("", index=meta.index)
+    domain = meta["domain"].astype(str)
+    published, cpu = _published(meta), domain == "cpu"
+    out = sweep.where(sweep != "", "unknown")
+    out = out.mask(sweep.str.startswith("playbook"), "playbook").mask(sweep.str.startswith("vtrain"), "vtrain")
+    out = out.mask(sweep.str.startswith("dlperf"), "dlperf")
+    out = out.mask(published, "nvidia-dense").mask(published & (sweep == MOE_SWEEP), "nvidia-moe")
+    out = out.mask(published & text.str.startswith("NVIDIA/NeMo docs"), "nemo-24.07")
+    own_gpu = ~cpu & (sweep.str.startswith("gpu-") | sweep.str.startswith("probe-"))
+    return out.mask(own_gpu, "collector-" + domain).mask(cpu & ~sweep.str.startswith(SITTING_PREFIX), "cpu")
+
+
+def source_splits(meta: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """``source/held_out-<source>``: every GPU source with MIN_SOURCE_ROWS timed runs held out whole (its failed
+    runs too), trained on every other row, fake traces and CPU runs among them: a cluster and framework never seen.
+    Indices into meta."""
+    source, fake = source_of(meta), is_fake(meta)
+    timed = (meta["status"] == "ok") & meta["iter_time_s"].notna() & ~fake
+    gpu = (meta["domain"].astype(str) != "cpu") & ~fake
+    counts = source[gpu & timed].value_counts()
+    splits = {}
+    for name in sorted(counts[counts >= MIN_SOURCE_ROWS].index):
+        held = gpu & (source == name)
+        parts = _split(meta.reset_index(drop=True), held.reset_index(drop=True), f"source:{name}")
+        splits[f"source/held_out-{name}"] = {k: meta.index.to_numpy()[v] for k, v in parts.items()}
+    return splits
