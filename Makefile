@@ -82,8 +82,8 @@ evaluate: install ## every predictor on every split: prints the table, writes ex
 train: install ## train the GNN ensemble on all/random, log to MLflow (MLFLOW_TRACKING_URI; sqlite:///mlflow.db) [TRAIN_ARGS=]
 	$(PY) -m gnn.train $(TRAIN_ARGS)
 
-ship-champion: install ## write $(MODEL) to models/champion (weights, data/code versions, reference predictions)
-	$(PY) -m gnn.tracking.shipped export --model $(MODEL)
+ship-champion: install ## write $(MODEL) to models/champion (weights, data/code versions, reference predictions, the new-cluster calibration)
+	$(PY) -m gnn.tracking.shipped export --model $(MODEL) --new-source experiments/results/loso_rows.csv
 
 tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)
 	$(PY) -m gnn.tune --trials $${TRIALS:-20}

@@ -44,10 +44,13 @@ def encode_response(
     correction: MachineCorrection | None = None,
     world_size: int = 1,
     pricing: str | None = None,
+    calibration: str | None = None,
 ) -> PredictResponse:
     probe = correction.summary(world_size) if correction else None
     summary, found = model_summary(predictor), predictions(columns)
-    return PredictResponse(model=summary, predictions=found, probe=probe, compute_pricing=pricing)
+    return PredictResponse(
+        model=summary, predictions=found, probe=probe, compute_pricing=pricing, calibration=calibration
+    )
 
 
 def compute_pricing(request: PredictRequest, specs: list[RunSpec]) -> str:
@@ -67,11 +70,12 @@ def predict(predictor: BatchPredictor, request: PredictRequest, should_stop=None
     it names one, encode. ``should_stop``: asked between chunks (BatchPredictor.predict_columns)."""
     specs, hardware = decode_request(request)
     columns = predictor.predict_columns(specs, hardware, should_stop=should_stop)
-    pricing = compute_pricing(request, specs)
+    pricing, calibration = compute_pricing(request, specs), predictor.calibration(request.cluster.record)
     if not request.probe:
-        return encode_response(predictor, columns, pricing=pricing)
+        return encode_response(predictor, columns, pricing=pricing, calibration=calibration)
     correction, world_size = probe_correction(predictor, request.probe), request.cluster.world_size
-    return encode_response(predictor, correction.apply(columns, world_size), correction, world_size, pricing)
+    corrected = correction.apply(columns, world_size)
+    return encode_response(predictor, corrected, correction, world_size, pricing, calibration)
 
 
 def probe_correction(predictor: BatchPredictor, name: str) -> MachineCorrection:

@@ -211,6 +211,10 @@ class PredictResponse(BaseModel):
     compute_pricing: str | None = None
     """What the simulator priced compute from on this cluster: a kernel table measured on its GPU (and what it
     lacked, taken from the datasheet), the datasheet alone, or a measured fingerprint's block profile."""
+    calibration: str | None = None
+    """Which calibration the 80% intervals took: "leave-one-source-out" on a GPU cluster (how wrong the model was on
+    whole sources it never trained on, moved by a probe if one is named) or "in-distribution" (validation runs
+    beside the training runs: CPU plans, or a model saved without the former)."""
 
 
 class SearchRequest(_Request):

@@ -19,6 +19,7 @@ from gnn import cancel
 from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import domain_of, row_to_spec
 from gnn.dataset.splits import FAKE, is_fake
+from gnn.inference import new_source
 from gnn.inference.coverage import outside, spec_values
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
 from gnn.model import checkpoint
@@ -158,6 +159,8 @@ class BatchPredictor:
                 parts[index] = (point, {k: chunk.column(k) for k in SIM_COLUMNS})
         parts = [parts[i] for i in sorted(parts)]
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
+        if self.calibration(record, calibrated_as) == new_source.NAME:
+            out = new_source.widen(out, self.info["new_source"])
         capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
         out["memory_bytes"] = capacity
         out["oom_risk"] = oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], capacity)
@@ -172,6 +175,14 @@ class BatchPredictor:
         out["comm_s_at_full_bandwidth"] = sim["sim_comm_s"]
         out["extrapolation"] = self.extrapolation(specs, domain)
         return out
+
+    def calibration(self, record: dict, calibrated_as: str | None = None) -> str:
+        """Which calibration a plan's intervals take on hardware ``record``: a GPU cluster is never one the model was
+        trained on, so where the model carries a leave-one-source-out calibration (gnn.inference.new_source) its
+        plans take it; CPU plans and fake traces (``calibrated_as``) keep the in-distribution one."""
+        if "new_source" in self.info and record.get("device") == "cuda" and not calibrated_as:
+            return new_source.NAME
+        return "in-distribution"
 
     def extrapolation(self, specs: list[RunSpec], domain: str) -> list[list[str] | None]:
         """Per spec, what of it lies outside the model's training rows on ``domain`` (gnn.inference.coverage);

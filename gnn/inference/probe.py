@@ -42,6 +42,7 @@ class MachineCorrection:
     world_sizes: tuple[int, ...]
     prior: tuple[float, float, float]
     probe: str = ""
+    prior_doubt: float = 0.0  # the sd of the shift the intervals already hold (new_source's tau): replaced, not added
 
     @property
     def runs(self) -> int:
@@ -69,9 +70,9 @@ class MachineCorrection:
         out = dict(columns)
         t, lo, hi = (np.asarray(columns[k], dtype=float) for k in ("iter_time_s", "iter_time_lo_s", "iter_time_hi_s"))
         mean, sd = self.shift(np.broadcast_to(np.asarray(world_sizes), t.shape))
-        doubt = (Z_UPPER * sd) ** 2
+        doubt, held = (Z_UPPER * sd) ** 2, (Z_UPPER * self.prior_doubt) ** 2
         with np.errstate(divide="ignore", invalid="ignore"):
-            below, above = np.log(t / lo), np.log(hi / t)
+            below, above = (np.sqrt(np.maximum(np.log(x) ** 2 - held, 0.0)) for x in (t / lo, hi / t))
         point = t * np.exp(mean)
         out["iter_time_s"] = point
         out["iter_time_lo_s"] = point * np.exp(-np.sqrt(below**2 + doubt))
@@ -157,11 +158,15 @@ def fit_correction(predictor, rows: pd.DataFrame, probe: str = "") -> MachineCor
     residuals = np.log(rows["iter_time_s"].to_numpy(dtype=float) / predicted)
     keep = np.isfinite(residuals)
     cls = int((rows["device"] == "cuda").any())
+    world_sizes = rows["world_size"].to_numpy(dtype=int)[keep]
+    learned = predictor.info.get("new_source", {}).get("time")
+    if cls and learned:  # how whole sources moved, and plans within them (gnn.inference.new_source)
+        prior = (learned["tau"], 0.0, learned["within"] / Z_UPPER)
+        return MachineCorrection(tuple(residuals[keep].tolist()), tuple(world_sizes.tolist()), prior, probe, prior[0])
     ensemble = predictor.ensemble
     tau, tau_ws, plan_sd = (float(v) for v in ensemble.machine_shift[cls])
     # a run's own deviation: how unevenly sittings move plans, and the model's own error on a plan (the
     # calibration rows' median absolute error, as a normal's sd)
     model_sd = 1.4826 * float(ensemble.spread_floor[cls, 0])
     sigma = math.hypot(plan_sd if math.isfinite(plan_sd) else 0.0, model_sd)
-    world_sizes = rows["world_size"].to_numpy(dtype=int)[keep]
     return MachineCorrection(tuple(residuals[keep].tolist()), tuple(world_sizes.tolist()), (tau, tau_ws, sigma), probe)

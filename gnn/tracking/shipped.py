@@ -27,6 +27,7 @@ import pandas as pd
 from collect import REPO
 from collect.hardware.records import default_hardware_dir, load_hardware
 from collect.schema import RunSpec
+from gnn.inference import new_source
 from gnn.inference.predictor import BatchPredictor
 from gnn.tracking.model_cache import MODEL_CACHE, registry_info, tracking_uri
 
@@ -113,9 +114,10 @@ def reference_problems(folder: Path = SHIPPED) -> list[str]:
     return problems
 
 
-def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
+def export(uri: str = CHAMPION_URI, out: Path = SHIPPED, new_source_rows: Path | None = None) -> Path:
     """Write a registered model (models:/name@alias or models:/name/N) to ``out``: predictor.pt and
-    champion.json."""
+    champion.json. ``new_source_rows``: experiments.sources.loso's held-out rows, whose calibration of a GPU cluster
+    never trained on (gnn.inference.new_source) ships with the model."""
     import mlflow  # lazy: loading a shipped model (the service's start) needs no MLflow
 
     from gnn.tracking.registry import load_registered  # lazy: it imports MLflow
@@ -126,7 +128,10 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
     info = registry_info(uri)  # its name, version, run, val_/test_ metrics and what it names now
     run = mlflow.MlflowClient().get_run(info["run_id"])
     out.mkdir(parents=True, exist_ok=True)
-    load_registered(uri, info["source"]).save(out / "predictor.pt")
+    registered = load_registered(uri, info["source"])
+    if new_source_rows is not None:
+        registered.info["new_source"] = new_source.fit(pd.read_csv(new_source_rows))
+    registered.save(out / "predictor.pt")
     predictor = BatchPredictor.load(out / "predictor.pt", default_hardware_dir())  # predict as it will be read
     member = predictor.ensemble.members[0]
     config = member.config if hasattr(member, "config") else dict(member.hparams)
@@ -147,6 +152,7 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED) -> Path:
         "features": {"node": int(config["node_dim"]), "plan": int(config["global_dim"])},
         "params": dict(sorted(params.items())),
         "metrics": dict(sorted(info["metrics"].items())),
+        "new_source": predictor.info.get("new_source"),
         "reference": reference,
     }
     (out / "champion.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -260,10 +266,12 @@ def main() -> None:
     ex = sub.add_parser("export", help="write the registered champion to models/champion")
     ex.add_argument("--model", default=CHAMPION_URI)
     ex.add_argument("--out", type=Path, default=SHIPPED)
+    ex.add_argument("--new-source", type=Path, metavar="ROWS.csv", help="ship the leave-one-source-out calibration "
+                    "fitted on these rows (experiments/results/loso_rows.csv) with the model")  # fmt: skip
     sub.add_parser("register", help="register models/champion in the tracking store (MLFLOW_TRACKING_URI)")
     args = parser.parse_args()
     if args.command == "export":
-        out = export(args.model, args.out)
+        out = export(args.model, args.out, args.new_source)
         sizes = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in sorted(out.iterdir()))
         print(f"exported {args.model} to {out} ({sizes})")
     elif not register_shipped():
