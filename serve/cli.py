@@ -2,6 +2,7 @@
 
     python -m serve predict SPEC.json [--model URI] [--probe NAME]  -> {"model": ..., "predictions": [...]} on stdout
     python -m serve probe NAME [--model URI]                         -> what a probe's runs correct (collect.probe)
+    python -m serve probe NAME --rows RUNS.csv [--model URI]         -> the same, of runs from a cluster's own logs
 
 Bad input exits 2 with one line per problem (RequestError); serve.search.cli reads its files the same way.
 """
@@ -13,13 +14,24 @@ import json
 import os
 import sys
 
-from pydantic import BaseModel
+import pandas as pd
+from pydantic import BaseModel, ValidationError
 
 from collect.hardware.records import UnknownHardware
 from collect.inputs import InputError, load_model
-from gnn.inference.probe import RUNS_DIR, check_probe, fit_correction, hardware_kind, load_probe
+from collect.published.rows import spec_columns
+from collect.schema import Plan, Workload
+from gnn.inference.probe import (
+    MAX_PROBE_RUNS,
+    RUNS_DIR,
+    check_probe,
+    fit_correction,
+    hardware_kind,
+    load_probe,
+    probe_path,
+)
 from serve.api import load_predictor, predict
-from serve.schemas import PredictRequest
+from serve.schemas import ClusterSpec, PredictRequest
 
 DEFAULT_MODEL = os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion")
 
@@ -72,7 +84,15 @@ def probe_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--runs", default=RUNS_DIR, help="where the probe's rows are")
     parser.add_argument("--hardware", default=None, help="where its fingerprint is (default: the model's own)")
+    parser.add_argument(
+        "--rows",
+        metavar="RUNS.csv",
+        help="store runs from your cluster's logs as probe NAME first: one run per line, the fields of a request's "
+        "workload, cluster and plan as columns, and the measured iter_time_s (and peak_mem_bytes, if known)",
+    )
     args = parser.parse_args(argv)
+    if args.rows:
+        store_probe_rows(args.name, args.rows, args.runs)
     try:
         rows = load_probe(args.name, args.runs)
     except ValueError as e:
@@ -98,3 +118,64 @@ def _predictor(model: str):
         return load_predictor(model)
     except ValueError as e:
         raise RequestError(f"error: {e}") from None
+
+
+MEASURED = ("iter_time_s", "peak_mem_bytes")
+PARTS = (("workload", Workload), ("cluster", ClusterSpec), ("plan", Plan))  # a request's fields, by part
+FIELDS = {part: set(model.model_fields) for part, model in PARTS}
+
+
+def store_probe_rows(name: str, csv: str, runs_dir: str = RUNS_DIR) -> None:
+    """A user's own measured runs (serve probe --rows) checked like every request, then stored as probe ``name``
+    in data/runs' format; RequestError with every problem, by line and field, and nothing stored."""
+    try:
+        path = probe_path(name, runs_dir)
+    except ValueError:  # no such probe yet: what we want
+        path = None
+    if path is not None:
+        raise RequestError(f"error: --rows: probe {name!r} exists in {runs_dir}; give the new runs another name")
+    try:
+        table = pd.read_csv(csv)
+    except (OSError, ValueError) as e:
+        raise RequestError(f"error: --rows {csv}: {e}") from None
+    rows, problems = _probe_rows(table, csv, name)
+    if problems:
+        raise RequestError("\n".join(problems[:20] + ([f"... and {len(problems) - 20} more"] if problems[20:] else [])))
+    pd.DataFrame(rows).to_parquet(os.path.join(runs_dir, f"{name}.parquet"), index=False)
+
+
+def _probe_rows(table: pd.DataFrame, csv: str, name: str) -> tuple[list[dict], list[str]]:
+    known = set().union(*FIELDS.values(), MEASURED)
+    problems = [f"{csv}: column {c!r}: not a field of a workload, cluster or plan, nor {' or '.join(MEASURED)}"
+                for c in table.columns if c not in known]  # fmt: skip
+    if "iter_time_s" not in table:
+        problems.append(f"{csv}: column 'iter_time_s' is required: each run's measured seconds per iteration")
+    if not 1 <= len(table) <= MAX_PROBE_RUNS:
+        problems.append(f"{csv}: {len(table)} runs; a probe holds 1 to {MAX_PROBE_RUNS}")
+    if problems:
+        return [], problems
+    rows = []
+    for line, record in enumerate(table.to_dict("records"), start=2):  # the header is line 1
+        values = {k: v.item() if hasattr(v, "item") else v for k, v in record.items() if not pd.isna(v)}
+        parts = {part: {k: v for k, v in values.items() if k in fields} for part, fields in FIELDS.items()}
+        try:
+            plan = parts.pop("plan")
+            request = PredictRequest.model_validate({**parts, "plans": [plan]})
+        except ValidationError as e:
+            problems += [f"{csv} line {line}: {_problem(err)}" for err in e.errors()]
+            continue
+        measured = {k: values.get(k) for k in MEASURED}
+        bad = [k for k, v in measured.items() if v is not None and not (isinstance(v, (int, float)) and v > 0)]
+        if measured["iter_time_s"] is None or bad:
+            problems.append(f"{csv} line {line}: {(bad or ['iter_time_s'])[0]}: must be a positive number")
+            continue
+        spec = request.specs()[0]
+        rows.append(spec_columns(spec, "probe", f"probe-{name}", request.cluster.hardware_name()) | {
+            "status": "ok", "error": "", **measured, "source": f"{os.path.basename(csv)} line {line}",
+        })  # fmt: skip
+    return rows, problems
+
+
+def _problem(error: dict) -> str:
+    where, what = ".".join(map(str, error["loc"])), error["msg"].removeprefix("Value error, ")
+    return f"{where}: {what}" if where else what

@@ -22,6 +22,7 @@ def test_predict_prints_predictions_in_plan_order(predictor_path, predictor, tmp
     p = body["predictions"][1]
     assert set(p) >= {"iter_time_s", "iter_time_interval_s", "peak_mem_bytes", "fits"}
     assert body["compute_pricing"] == "the datasheet of 'a100-80gb': no kernel table was measured on this GPU"
+    assert body["calibration"] == "in-distribution"  # a model saved without the new-source calibration
     from collect.schema import Plan, RunSpec, Workload
     from serve.schemas import ClusterSpec
 
@@ -94,3 +95,35 @@ def test_a_prediction_says_what_compute_was_priced_from():
     mla = {**WORKLOAD, "family": "llama", "ffn_hidden": 2816, "kv_lora_rank": 64, "qk_rope_head_dim": 16}
     mla |= {"qk_nope_head_dim": 32, "v_head_dim": 32}
     assert pricing(mla) == table + "; MLA's attention core from the datasheet"
+
+
+RUNS_CSV = """preset,devices_per_node,layers,hidden,heads,seq_len,vocab,micro_batch_size,global_batch_size,dtype,dp,num_microbatches,iter_time_s,peak_mem_bytes
+a100-80gb,4,12,1024,16,1024,51200,1,16,bfloat16,4,4,0.8,9000000000
+a100-80gb,4,12,1024,16,1024,51200,2,16,bfloat16,4,2,0.7,
+"""  # noqa: E501 (a CSV's header is one line)
+
+
+def test_runs_from_a_clusters_logs_become_a_probe(predictor_path, tmp_path):
+    csv, runs = tmp_path / "runs.csv", tmp_path / "runs"
+    csv.write_text(RUNS_CSV)
+    runs.mkdir()
+    out = _run("probe", "mine", "--rows", str(csv), "--runs", str(runs), "--model", str(predictor_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("measured") == 2 and "mine: 2 runs on a100-80gb" in out.stdout
+    again = _run("probe", "mine", "--rows", str(csv), "--runs", str(runs), "--model", str(predictor_path))
+    assert again.returncode == 2 and "exists" in again.stderr  # stored runs are never overwritten
+
+
+def test_bad_probe_rows_name_their_line_and_field_and_store_nothing(predictor_path, tmp_path):
+    csv, runs = tmp_path / "runs.csv", tmp_path / "runs"
+    runs.mkdir()
+    bad = RUNS_CSV.replace("0.8,9000000000", "-1,9000000000").replace(",2,16,bfloat16,4,2,", ",2,16,bfloat16,3,2,")
+    csv.write_text(bad)
+    out = _run("probe", "mine", "--rows", str(csv), "--runs", str(runs), "--model", str(predictor_path))
+    assert out.returncode == 2
+    assert "line 2: iter_time_s: must be a positive number" in out.stderr
+    assert "line 3: " in out.stderr and "plan.dp (3)" in out.stderr
+    csv.write_text(RUNS_CSV.replace("preset,", "gpu_type,"))
+    out = _run("probe", "mine", "--rows", str(csv), "--runs", str(runs), "--model", str(predictor_path))
+    assert out.returncode == 2 and "column 'gpu_type': not a field" in out.stderr
+    assert list(runs.iterdir()) == []
