@@ -31,13 +31,14 @@ PROBES = (0, 1, 3, 10)
 MIN_ROWS = 20  # timed runs a source needs to be reported on
 
 
-def probe_shift(calibration: dict, probe: pd.DataFrame) -> tuple[float, float]:
-    """(log shift, its sd) of a source from its probe runs' residuals, under the prior of the other sources."""
+def probe_shift(calibration: dict, probe: pd.DataFrame, rest: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(log shift, its sd) at each of ``rest``'s world sizes, from the probe runs' residuals under the prior of the
+    other sources."""
     c = calibration["time"]
     r = np.log(probe["iter_time_s"] / probe["pred_time_s"]).to_numpy()
-    correction = MachineCorrection(tuple(r), tuple([0] * len(r)), (c["tau"], 0.0, c["within"] / Z_UPPER))
-    mean, sd = correction.shift([0])
-    return float(mean[0]), float(sd[0])
+    prior = (c["tau"], 0.0, c["within"] / Z_UPPER)
+    correction = MachineCorrection(tuple(r), tuple(probe["world_size"]), prior, slope_sd=c.get("slope_sd", 0.0))
+    return correction.shift(rest["world_size"].to_numpy())
 
 
 def stats(measured: np.ndarray, point: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict:
@@ -61,7 +62,7 @@ def source_records(name: str, rows: pd.DataFrame, others: pd.DataFrame) -> list[
         if len(timed) - k < MIN_ROWS // 2:
             continue
         probe, rest = timed.iloc[:k], timed.iloc[k:]
-        shift, sd = probe_shift(calibration, probe) if k else (0.0, calibration["time"]["tau"])
+        shift, sd = probe_shift(calibration, probe, rest) if k else (0.0, calibration["time"]["tau"])
         half = new_source.half_width(calibration["time"], sd)
         t, lo, hi = (rest[c].to_numpy(dtype=float) for c in ("pred_time_s", "pred_time_lo_s", "pred_time_hi_s"))
         point = t * np.exp(shift)

@@ -11,11 +11,14 @@ whatever its size:
   moving every point by their mean made the held-out sources' median error worse, not better: points stay, and the
   mean's offset is part of the doubt;
 - ``within``: the 80% quantile of a run's |log error - its source's median|: how unevenly plans within a source
-  moved.
+  moved;
+- ``slope_sd``: the root mean square of the sources' slopes of log error per doubling of GPUs (least squares,
+  over the sources that ran more than one world size): how far a shift found at one scale carries to another.
 
 A GPU plan asked about with no probe gets an 80% half-width of sqrt(within^2 + (z tau)^2) in log units about its
 point, never narrower than its in-distribution interval. A probe's runs narrow the source's part: under the same
-prior, the shift's posterior sd replaces tau (gnn.inference.probe.MachineCorrection). CPU plans keep their
+prior, the shift's posterior sd replaces tau (gnn.inference.probe.MachineCorrection), growing with the doublings
+between the probe's GPUs and the plan's at slope_sd. CPU plans keep their
 in-distribution interval: the CPU sittings are their own prior (gnn.inference.probe.shift_prior).
 """
 
@@ -44,11 +47,13 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
 
 
 def residuals(rows: pd.DataFrame, target: str) -> pd.DataFrame:
-    """[source, r]: log(measured / predicted) of each held-out run that measured ``target``."""
+    """[source, r, doublings]: log(measured / predicted) of each held-out run that measured ``target``, and log2 of
+    its GPUs."""
     measured, predicted = TARGETS[target]
     ok = (rows["status"] == "ok") & rows[measured].notna() & rows[predicted].notna()
     r = np.log(rows.loc[ok, measured].astype(float) / rows.loc[ok, predicted].astype(float))
-    return pd.DataFrame({"source": rows.loc[ok, "source"].to_numpy(), "r": r.to_numpy()})
+    doublings = np.log2(rows.loc[ok, "world_size"].astype(float)).to_numpy()
+    return pd.DataFrame({"source": rows.loc[ok, "source"].to_numpy(), "r": r.to_numpy(), "doublings": doublings})
 
 
 def fit(rows: pd.DataFrame, coverage: float = COVERAGE) -> dict:
@@ -65,10 +70,17 @@ def fit(rows: pd.DataFrame, coverage: float = COVERAGE) -> dict:
         weight = 1.0 / res["source"].map(res["source"].value_counts()).to_numpy()
         out[target] = {
             "tau": float(np.sqrt((medians**2).mean())),
+            "slope_sd": _slope_sd(res),
             "within": weighted_quantile(deviation, weight, coverage),
             "sources": sorted(medians.index),
         }
     return out
+
+
+def _slope_sd(res: pd.DataFrame) -> float:
+    groups = [g for _, g in res.groupby("source") if g["doublings"].nunique() > 1]
+    slopes = [np.polyfit(g["doublings"], g["r"], 1)[0] for g in groups]
+    return float(np.sqrt(np.mean(np.square(slopes)))) if slopes else 0.0
 
 
 def half_width(calibration: dict, source_sd: np.ndarray | float | None = None) -> np.ndarray | float:

@@ -43,6 +43,7 @@ class MachineCorrection:
     prior: tuple[float, float, float]
     probe: str = ""
     prior_doubt: float = 0.0  # the sd of the shift the intervals already hold (new_source's tau): replaced, not added
+    slope_sd: float = 0.0  # how far a source's shift drifts per doubling of GPUs away from where it was probed
 
     @property
     def runs(self) -> int:
@@ -59,11 +60,23 @@ class MachineCorrection:
         if not self.runs:
             return np.zeros(len(w)), np.full(len(w), math.hypot(tau, tau_ws))
         ws, r = np.asarray(self.world_sizes), np.asarray(self.residuals, dtype=float)
-        K = tau**2 + tau_ws**2 * (ws[:, None] == ws[None, :]) + sigma**2 * np.eye(len(ws))
-        k = tau**2 + tau_ws**2 * (w[:, None] == ws[None, :])  # [targets, runs]
+        mean, _ = self._posterior(ws, r, w, 0.0)
+        _, var = self._posterior(ws, r, w, self.slope_sd)
+        # never more doubt than no probe at all: tau was measured across sources at their own scales, trend and all
+        return mean, np.sqrt(np.clip(var, 0.0, tau**2 + tau_ws**2))
+
+    def _posterior(self, ws: np.ndarray, r: np.ndarray, w: np.ndarray, slope_sd: float):
+        """The shift's posterior mean and variance at world sizes ``w``, with a trend in log2 GPUs about the
+        probe's own scale of prior sd ``slope_sd`` per doubling. The point takes none (a slope fitted on a probe's
+        few cheapest runs moved the rest the wrong way as often as the right one: docs/new-cluster.md); the doubt
+        takes it: a shift found on small runs is less sure on large ones."""
+        tau, tau_ws, sigma = self._prior()
+        x, xt = np.log2(ws) - np.log2(ws).mean(), np.log2(np.maximum(w, 1)) - np.log2(ws).mean()
+        trend = slope_sd**2
+        K = tau**2 + tau_ws**2 * (ws[:, None] == ws[None, :]) + trend * np.outer(x, x) + sigma**2 * np.eye(len(ws))
+        k = tau**2 + tau_ws**2 * (w[:, None] == ws[None, :]) + trend * np.outer(xt, x)  # [targets, runs]
         solved = np.linalg.solve(K, k.T)  # [runs, targets]
-        var = tau**2 + tau_ws**2 - np.einsum("tr,rt->t", k, solved)
-        return solved.T @ r, np.sqrt(np.maximum(var, 0.0))
+        return solved.T @ r, tau**2 + tau_ws**2 + trend * xt**2 - np.einsum("tr,rt->t", k, solved)
 
     def apply(self, columns: dict[str, np.ndarray], world_sizes) -> dict[str, np.ndarray]:
         """The time point moved by its world size's shift; each side of its interval widened by the shift's doubt."""
@@ -162,7 +175,8 @@ def fit_correction(predictor, rows: pd.DataFrame, probe: str = "") -> MachineCor
     learned = predictor.info.get("new_source", {}).get("time")
     if cls and learned:  # how whole sources moved, and plans within them (gnn.inference.new_source)
         prior = (learned["tau"], 0.0, learned["within"] / Z_UPPER)
-        return MachineCorrection(tuple(residuals[keep].tolist()), tuple(world_sizes.tolist()), prior, probe, prior[0])
+        runs, sizes, slope = tuple(residuals[keep].tolist()), tuple(world_sizes.tolist()), learned.get("slope_sd", 0.0)
+        return MachineCorrection(runs, sizes, prior, probe, prior_doubt=prior[0], slope_sd=slope)
     ensemble = predictor.ensemble
     tau, tau_ws, plan_sd = (float(v) for v in ensemble.machine_shift[cls])
     # a run's own deviation: how unevenly sittings move plans, and the model's own error on a plan (the

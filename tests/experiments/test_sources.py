@@ -134,3 +134,22 @@ def test_gpu_plans_of_a_model_with_the_calibration_take_it_and_cpu_plans_do_not(
     assert calibrated.calibration({"device": "cpu"}) == "in-distribution"
     assert calibrated.calibration({"device": "cuda"}, calibrated_as="fake") == "in-distribution"
     assert predictor.calibration({"device": "cuda"}) == "in-distribution"
+
+
+def test_a_probe_is_surer_near_its_own_scale_and_never_less_sure_than_no_probe():
+    tau, within = 0.3, 0.1
+    correction = MachineCorrection((0.2, 0.25, 0.15), (8, 8, 16), (tau, 0.0, within / Z_UPPER), slope_sd=0.1)
+    mean, sd = correction.shift([8, 64, 8192])
+    assert mean[0] == pytest.approx(mean[1]) == pytest.approx(mean[2])  # the point takes no trend from three runs
+    assert sd[0] < sd[1] < sd[2] == pytest.approx(tau)  # doubt grows with the doublings away, up to no probe's
+    flat = MachineCorrection((0.2, 0.25, 0.15), (8, 8, 16), (tau, 0.0, within / Z_UPPER))
+    assert flat.shift([8192])[1][0] < sd[2]
+
+
+def test_the_slope_prior_is_how_far_sources_drifted_per_doubling():
+    rows = _residual_rows({"a": 0.0, "b": 0.0})
+    for source, slope in (("a", 0.1), ("b", -0.2)):  # each source's error grows (shrinks) with its GPUs
+        one = rows["source"] == source
+        rows.loc[one, "pred_time_s"] = np.exp(-slope * np.log2(rows.loc[one, "world_size"]))
+    rows = pd.concat([rows, _residual_rows({"c": 0.1})], ignore_index=True)
+    assert new_source.fit(rows)["time"]["slope_sd"] == pytest.approx(math.sqrt((0.1**2 + 0.2**2 + 0.0) / 3), rel=0.05)
