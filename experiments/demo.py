@@ -98,7 +98,7 @@ def _demo(args) -> None:
         {"workload": json.loads(SEARCH_WORKLOAD.read_text()), "cluster": {"preset": "a100-80gb"}, "trials": args.trials}
     )
     print(f"\n[3/3] plan search for a never-measured workload ({SEARCH_WORKLOAD.name}, 1 x 8 A100-80GB)")
-    print_table(search(predictor, request, storage=None, progress=True))
+    print_table(search(predictor, request, storage=None, progress=True), request.time_quantile)
 
 
 if __name__ == "__main__":

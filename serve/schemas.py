@@ -237,6 +237,9 @@ class SearchRequest(_Request):
     max_oom_risk: float = Field(default=FITS_MAX_RISK, ge=0.0, le=1.0)
     """The largest chance of running out of memory (a prediction's oom_risk) a plan may carry to be picked: the
     default takes only plans whose 80% memory interval fits, so whose upper end is below capacity."""
+    time_quantile: float = Field(default=0.5, ge=0.1, le=0.9)
+    """The quantile of each plan's predicted time the search ranks by: 0.5 (the default) its point; 0.9 the time it
+    beats 9 runs in 10 (its 80% interval's upper end), which prefers the plans the model is surer of."""
     framework: Framework = "torch"
     """The framework that will run the plan: its conventions (vocabulary-parallel loss, what a pipeline keeps, how
     sequence parallelism saves inputs, fp32 master weights and gradients) change the memory each plan needs, and
@@ -256,6 +259,8 @@ class SearchResult(BaseModel):
     float8: Float8 = "none"
     """The precision the search chose for the workload's GEMMs (none: the workload's dtype throughout)."""
     prediction: PlanPrediction
+    ranked_time_s: float | None = None
+    """The plan's time at the request's time_quantile: what it was ranked by (beside its oom_risk)."""
 
 
 class SearchResponse(BaseModel):

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         raise RequestError(f"error: {e}") from None
     except StorageUnavailable as e:  # not a usage error (status 1): the database named is down or unreachable
         raise SystemExit(f"error: {e}") from None
-    print_table(response)
+    print_table(response, request.time_quantile)
     if args.plot:
         print(f"plot: {plot_search(response, args.plot)}")
 
@@ -127,7 +127,8 @@ def plan_label(plan, micro_batch_size: int, float8: str = "none", moe: bool = Fa
     return " ".join(parts)
 
 
-def print_table(response: SearchResponse) -> None:
+def print_table(response: SearchResponse, quantile: float = 0.5) -> None:
+    """The top plans, with the time at ``quantile`` (the request's time_quantile) they were ranked by."""
     rows = []
     for i, r in enumerate(response.best, 1):
         p = r.prediction
@@ -138,6 +139,7 @@ def print_table(response: SearchResponse) -> None:
                 plan_label(r.plan, r.micro_batch_size, r.float8, response.moe, bool(response.precisions)),
                 f"{p.iter_time_s * 1e3:.1f}",
                 f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
+                f"{r.ranked_time_s * 1e3:.1f}",
                 f"{p.peak_mem_bytes / 2**30:.2f}",
                 "yes" if p.fits else "no",
                 f"{p.oom_risk:.0%}",
@@ -152,7 +154,17 @@ def print_table(response: SearchResponse) -> None:
     print(
         tabulate(
             rows,
-            headers=["#", "plan", "time ms", "80% interval", "peak GiB", "fits", "oom risk", "compute/comm/bubble"],
+            headers=[
+                "#",
+                "plan",
+                "time ms",
+                "80% interval",
+                f"q{quantile:g} ms",
+                "peak GiB",
+                "fits",
+                "oom risk",
+                "compute/comm/bubble",
+            ],  # fmt: skip
         )
     )
     if response.pareto:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import optuna
 
 from collect.schema import RunSpec
 from gnn.inference.cost import SECONDS_FIXED, request_cost
 from gnn.inference.predictor import BatchPredictor
+from gnn.inference.probe import Z_UPPER
 from serve.api import model_summary, predictions
 from serve.schemas import PlanPrediction, SearchRequest, SearchResponse, SearchResult
 from serve.search import storage as stored
@@ -33,6 +35,14 @@ class Evaluated:
 
 
 CHUNK_SECONDS = 1.0  # a chunk's estimated work, predicted at once and paid for before
+
+
+def time_at(p: PlanPrediction, quantile: float) -> float:
+    """A plan's time at ``quantile`` of its prediction: log-normal about the point, each side's spread read from its
+    80% interval's end on that side (the 10th or 90th percentile)."""
+    z = NormalDist().inv_cdf(quantile)
+    end = p.iter_time_interval_s[1] if z >= 0 else p.iter_time_interval_s[0]
+    return p.iter_time_s * (end / p.iter_time_s) ** (abs(z) / Z_UPPER)
 
 
 def evaluate(
@@ -86,8 +96,9 @@ def _tell(study: optuna.Study, request: SearchRequest, t, p: PlanPrediction) -> 
     t.set_constraint("oom_risk_over_max", p.oom_risk - request.max_oom_risk)
     t.set_user_attr("oom_risk", p.oom_risk)
     t.set_user_attr("iter_time_s", p.iter_time_s)
+    t.set_user_attr("ranked_time_s", ranked := time_at(p, request.time_quantile))
     t.set_user_attr("peak_mem_bytes", p.peak_mem_bytes)
-    values = [math.log(p.iter_time_s)]
+    values = [math.log(ranked)]
     if request.objective == "pareto":
         values.append(math.log(p.peak_mem_bytes))
     study.tell(t, values if len(values) > 1 else values[0])
@@ -120,7 +131,13 @@ def results(
         predicted = iter(predictions(predictor.predict_columns(missing, request.cluster.hardware_name(), workers=0)))
         picked = [(s, p if p is not None else next(predicted)) for s, p in picked]
     return [
-        SearchResult(plan=s.plan, micro_batch_size=s.workload.micro_batch_size, float8=s.workload.float8, prediction=p)
+        SearchResult(
+            plan=s.plan,
+            micro_batch_size=s.workload.micro_batch_size,
+            float8=s.workload.float8,
+            prediction=p,
+            ranked_time_s=time_at(p, request.time_quantile),
+        )
         for s, p in picked
     ]
 
@@ -136,7 +153,7 @@ def answer(
 ) -> SearchResponse:
     """A finished (or stopped) study as the search's response: its top plans and its Pareto front."""
     evaluated = evaluated if evaluated is not None else Evaluated()
-    feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["iter_time_s"])
+    feasible = sorted(feasible_trials(study), key=lambda t: t.user_attrs["ranked_time_s"])
     best = results(predictor, request, feasible, space, evaluated, limit=request.top_k)
     pareto = []
     if request.objective == "pareto":

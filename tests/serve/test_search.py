@@ -199,3 +199,15 @@ def test_a_search_for_megatron_prices_plans_with_megatrons_conventions():
     assert peak["megatron"] < peak["torch"]
     with pytest.raises(ValueError, match="framework"):
         SearchRequest.model_validate(body | {"framework": "deepspeed"})
+
+
+def test_a_search_ranks_by_the_time_quantile_asked_for_and_shows_it(predictor, request_small):
+    cautious = request_small.model_copy(update={"trials": 60, "time_quantile": 0.9, "top_k": 5})
+    response = search(predictor, cautious)
+    ranked = [r.ranked_time_s for r in response.best]
+    assert ranked == sorted(ranked)
+    assert ranked == pytest.approx([r.prediction.iter_time_interval_s[1] for r in response.best])  # its 90th pct
+    point = search(predictor, cautious.model_copy(update={"time_quantile": 0.5})).best[0]
+    assert point.ranked_time_s == pytest.approx(point.prediction.iter_time_s)
+    with pytest.raises(ValueError, match="time_quantile"):
+        SearchRequest.model_validate({"workload": WORKLOAD, "cluster": CLUSTER, "time_quantile": 0.99})
