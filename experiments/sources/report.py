@@ -63,20 +63,24 @@ def source_records(name: str, rows: pd.DataFrame, others: pd.DataFrame) -> list[
             continue
         probe, rest = timed.iloc[:k], timed.iloc[k:]
         shift, sd = probe_shift(calibration, probe, rest) if k else (0.0, calibration["time"]["tau"])
-        half = new_source.half_width(calibration["time"], sd)
-        t, lo, hi = (rest[c].to_numpy(dtype=float) for c in ("pred_time_s", "pred_time_lo_s", "pred_time_hi_s"))
-        point = t * np.exp(shift)
-        below, above = np.maximum(np.log(t / lo), half), np.maximum(np.log(hi / t), half)
+        before = time_columns(rest)
+        after = new_source.widen(before, {"time": calibration["time"]}, sd)
+        moved = [after[c] * np.exp(shift) for c in new_source.INTERVALS["time"]]
         measured = rest["iter_time_s"].to_numpy(dtype=float)
-        record = {"source": name, "target": "time", "k": k, **stats(measured, point, point / np.exp(below),
-                                                                       point * np.exp(above))}  # fmt: skip
+        record = {"source": name, "target": "time", "k": k, **stats(measured, *moved)}
         if k == 0:
-            record["before"] = stats(measured, t, lo, hi)
+            record["before"] = stats(measured, *before.values())
             record["rule_mdape"] = float(np.nanmedian(np.abs(rest["rule_time_s"] / measured - 1)))
-            record |= picks(rows, new_source.half_width(calibration["time"]))
+            record |= picks(rows, calibration)
         records.append(record)
     records += memory_records(name, rows, calibration)
     return records
+
+
+def time_columns(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The rows' time predictions under the served model's column names (new_source.INTERVALS)."""
+    predicted = ("pred_time_s", "pred_time_lo_s", "pred_time_hi_s")
+    return {k: rows[c].to_numpy(dtype=float) for k, c in zip(new_source.INTERVALS["time"], predicted)}
 
 
 def memory_records(name: str, rows: pd.DataFrame, calibration: dict) -> list[dict]:
@@ -95,12 +99,12 @@ def memory_records(name: str, rows: pd.DataFrame, calibration: dict) -> list[dic
     return [record]
 
 
-def picks(rows: pd.DataFrame, half: float) -> dict:
+def picks(rows: pd.DataFrame, calibration: dict) -> dict:
     """Per (model, GPU count) with two runs that ran: the run ranked fastest among those predicted to fit, by its
-    point and by its time at the 0.9 quantile (the search's time_quantile: the 80% interval's upper end, at least
-    the new-source half-width ``half`` above the point); each pick's regret (measured time over the fastest
-    measured, less one) and whether it failed."""
-    upper = rows["pred_time_s"] * np.maximum(rows["pred_time_hi_s"] / rows["pred_time_s"], np.exp(half))
+    point and by its time at the 0.9 quantile (the search's time_quantile: the upper end of its interval, widened
+    by the other sources' calibration); each pick's regret (measured time over the fastest measured, less one) and
+    whether it failed."""
+    upper = new_source.widen(time_columns(rows), {"time": calibration["time"]})["iter_time_hi_s"]
     out = {}
     for suffix, ranked in (("", rows["pred_time_s"]), ("_q90", upper)):
         regrets, failed = [], 0

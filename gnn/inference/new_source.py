@@ -90,15 +90,16 @@ def half_width(calibration: dict, source_sd: np.ndarray | float | None = None) -
     return np.sqrt(calibration["within"] ** 2 + (Z_UPPER * np.asarray(sd)) ** 2)
 
 
-def widen(columns: dict[str, np.ndarray], calibration: dict) -> dict[str, np.ndarray]:
+def widen(columns: dict[str, np.ndarray], calibration: dict, time_sd=None) -> dict[str, np.ndarray]:
     """Prediction columns (iter_time_s, iter_time_lo_s, ...; peak_mem_*) of plans on a GPU cluster never trained
-    on: each interval at least the leave-one-source-out half-width about its point."""
+    on: each interval at least the leave-one-source-out half-width about its point. ``time_sd``: the sd of the
+    source's time shift in place of tau, per plan (a probe's posterior: experiments.sources.report)."""
     out = dict(columns)
     for target, (point, lo, hi) in INTERVALS.items():
         c = calibration.get(target)
         if c is None or point not in columns:
             continue
-        p, half = np.asarray(columns[point], dtype=float), half_width(c)
+        p, half = np.asarray(columns[point], dtype=float), half_width(c, time_sd if target == "time" else None)
         with np.errstate(divide="ignore", invalid="ignore"):
             below = np.maximum(np.log(p / np.asarray(columns[lo], dtype=float)), half)
             above = np.maximum(np.log(np.asarray(columns[hi], dtype=float) / p), half)
