@@ -41,9 +41,9 @@ from gnn.inference.predictor import BatchPredictor
 from gnn.predictors.metrics import ranking_stats
 from gnn.predictors.surrogate import TrainConfig
 from serve.schemas import SearchRequest
-from serve.search.cli import plan_label
 from serve.search.space import Space
 from serve.search.study import search
+from serve.shell.tables import plan_label
 
 SHAPE = dict(layers=4, hidden=256, heads=8, seq_len=32, vocab=512, dtype="float32")
 CAPACITY = 32 * 2**20

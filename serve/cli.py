@@ -1,6 +1,7 @@
-"""The shell front end of a prediction: read a request file, validate it, print the predictions as JSON.
+"""The shell front end of a prediction: read a request file, validate it, print the predictions as a table.
 
-    python -m serve predict SPEC.json [--model URI] [--probe NAME]  -> {"model": ..., "predictions": [...]} on stdout
+    python -m serve predict SPEC.json [--model URI] [--probe NAME]  -> a line per plan: time, peak, fits, ...
+    python -m serve predict SPEC.json --json                        -> {"model": ..., "predictions": [...]}
     python -m serve probe NAME [--model URI]                         -> what a probe's runs correct (collect.probe)
     python -m serve probe NAME --rows RUNS.csv [--model URI]         -> the same, of runs from a cluster's own logs
 
@@ -32,6 +33,7 @@ from gnn.inference.probe import (
 )
 from serve.api import load_predictor, predict
 from serve.schemas import ClusterSpec, PredictRequest
+from serve.shell.tables import predict_table
 
 DEFAULT_MODEL = os.environ.get("PLANSIGHT_MODEL", "models:/plansight@champion")
 
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--probe-any-hardware", action="store_true", help="apply a probe measured on another kind of device anyway"
     )
+    parser.add_argument("--json", action="store_true", help="the response as JSON (what POST /predict answers)")
     args = parser.parse_args(argv)
     request = load_request(args.spec, PredictRequest)
     if args.probe is not None:
@@ -74,7 +77,11 @@ def main(argv: list[str] | None = None) -> None:
         response = predict(predictor, request)
     except UnknownHardware as e:
         raise RequestError(f"error: {args.spec}: cluster: {e}") from None
-    print(json.dumps(response.model_dump(mode="json"), indent=1))
+    if args.json:
+        print(json.dumps(response.model_dump(mode="json"), indent=1))
+    else:
+        moe = request.workload.family == "moe"
+        print(predict_table(response, request.plans, request.workload.micro_batch_size, moe))
 
 
 def probe_main(argv: list[str] | None = None) -> None:

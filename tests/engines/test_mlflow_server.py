@@ -59,7 +59,7 @@ def test_make_train_logs_and_registers_on_the_server_and_the_service_answers_fro
         (tmp_path / "spec.json").write_text(json.dumps(spec))
         predict = subprocess.run(
             [sys.executable, "-m", "serve", "predict", str(tmp_path / "spec.json"), "--model", f"models:/{MODEL_NAME}"
-             f"@{CHAMPION}"], cwd=REPO, env=_env(server.url), capture_output=True, text=True, timeout=300,
+             f"@{CHAMPION}", "--json"], cwd=REPO, env=_env(server.url), capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert predict.returncode == 0, predict.stderr[-3000:]
         answer = json.loads(predict.stdout)

@@ -232,7 +232,7 @@ def test_the_shell_reports_a_probe_and_predicts_with_it(predictor_path, tmp_path
     assert out.stdout.count("measured") == 3 and f"--probe {PROBE}" in out.stdout
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"workload": PROBE_WORKLOAD, "cluster": PROBE_CLUSTER, "plans": PROBE_PLANS}))
-    out = _run("predict", str(spec), "--model", str(predictor_path), "--probe", PROBE)
+    out = _run("predict", str(spec), "--model", str(predictor_path), "--probe", PROBE, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["probe"]["runs"] == 3
     bad = _run("predict", str(spec), "--model", str(predictor_path), "--probe", "missing")

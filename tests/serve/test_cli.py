@@ -15,7 +15,7 @@ def _run(*args):
 def test_predict_prints_predictions_in_plan_order(predictor_path, predictor, tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": PLANS}))
-    out = _run("predict", str(spec), "--model", str(predictor_path))
+    out = _run("predict", str(spec), "--model", str(predictor_path), "--json")
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert body["model"]["name"] == "test-model" and len(body["predictions"]) == 3
@@ -40,7 +40,7 @@ def test_predict_prints_predictions_in_plan_order(predictor_path, predictor, tmp
 def test_bad_spec_exits_2_naming_the_field(predictor_path, tmp_path):
     spec = tmp_path / "bad.json"
     spec.write_text(json.dumps({"workload": {**WORKLOAD, "hidden": 1000}, "cluster": CLUSTER, "plans": PLANS}))
-    out = _run("predict", str(spec), "--model", str(predictor_path))
+    out = _run("predict", str(spec), "--model", str(predictor_path), "--json")
     assert out.returncode == 2 and "hidden (1000) must be divisible by workload.heads (16)" in out.stderr
     missing = _run("predict", str(tmp_path / "nope.json"), "--model", str(predictor_path))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
@@ -127,3 +127,17 @@ def test_bad_probe_rows_name_their_line_and_field_and_store_nothing(predictor_pa
     out = _run("probe", "mine", "--rows", str(csv), "--runs", str(runs), "--model", str(predictor_path))
     assert out.returncode == 2 and "column 'gpu_type': not a field" in out.stderr
     assert list(runs.iterdir()) == []
+
+
+def test_predict_prints_a_table_by_default(predictor_path, tmp_path):
+    """A person at a shell gets one line per plan, in plan order, with its time, peak and verdict."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": PLANS}))
+    out = _run("predict", str(spec), "--model", str(predictor_path))
+    assert out.returncode == 0, out.stderr
+    header, columns, rule, *rows = out.stdout.splitlines()
+    assert header.startswith("model ") and "intervals: in-distribution" in header
+    assert "time s" in columns and "peak GiB" in columns and "fits" in columns
+    plans = [row for row in rows if row.strip()[:1].isdigit()]
+    assert [int(r.split()[0]) for r in plans] == [1, 2, 3]
+    assert all(f"dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}" in r for p, r in zip(PLANS, plans))

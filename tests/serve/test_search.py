@@ -164,7 +164,7 @@ def test_the_space_explores_expert_and_context_parallelism_and_fp8_where_the_gpu
 def test_a_plan_line_names_every_choice_the_search_made():
     """Two plans that differ only in cp, ep or FP8 must not read the same in the table."""
     from collect.schema import Plan
-    from serve.search.cli import plan_label
+    from serve.shell.tables import plan_label
 
     plan = Plan(dp=4, cp=2, ep=8, tp=2, sharding="fsdp_full", num_microbatches=4, float8_all_gather=True)
     label = plan_label(plan, 1, "tensorwise")
