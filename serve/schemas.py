@@ -200,7 +200,7 @@ class PlanPrediction(BaseModel):
     """What of this plan lies outside the measured runs the model was trained on, on this GPU (e.g. "num_params
     8e+10 above the largest trained on h100, 3.57e+09"), then what lies outside only the runs that measured a peak
     ("peak memory: ..."); empty when every quantity is inside. Out there the answer leans on physics and its error
-    is larger (README, Accuracy). None: the model records no training range."""
+    is larger (docs/accuracy.md). None: the model records no training range."""
 
 
 class PredictResponse(BaseModel):
@@ -287,8 +287,8 @@ class SearchResponse(BaseModel):
     """Plans of the space left out of the search because predicting one alone is over the service's budget for a
     request (POST /predict would refuse it): pipelines of hundreds of stages and micro-batches."""
     stopped_by: Literal["budget"] | None = None
-    """budget: the search stopped at its budget (README, Limits) before its trials were all evaluated; its plans are
-    the best of those it evaluated. None: it ran to the end."""
+    """budget: the search stopped at its budget (docs/service.md, limits) before its trials were all evaluated; its
+    plans are the best of those it evaluated. None: it ran to the end."""
     stop_reason: str | None = None
     """Why it stopped, with what it had spent."""
     estimate: dict | None = None

@@ -45,7 +45,7 @@ def data_root(folder: Path) -> Path:
 
 
 def train_command(root: Path, epochs: int, seed: int = 0, ddp: bool = False) -> list[str]:
-    """The command the test runs and the README documents (the DDP one with --strategy ddp --devices 2)."""
+    """The command the test runs and docs/scale-out.md documents (the DDP one with --strategy ddp --devices 2)."""
     cmd = [sys.executable, "-m", "gnn.train", "--members", "1", "--no-checks", "--max-epochs", str(epochs)]
     cmd += ["--split", SPLIT, "--data", str(root), "--seed", str(seed), "--accelerator", "cpu"]
     return cmd + (["--strategy", "ddp", "--devices", "2"] if ddp else [])

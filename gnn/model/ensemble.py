@@ -22,7 +22,7 @@ rows the model was fitted for nothing changes; held-out strategy families and
 world sizes are where it acts. Time's base is far weaker than memory's (25%
 against 4% MAPE on the CPU random split), but a correction the members cannot
 agree on is worse: on held-out FSDP-full plans they drew 13x and 17x time
-predictions without the guard (README, Accuracy).
+predictions without the guard (docs/accuracy.md).
 
 An interval's half-width in log units is k * (spread + floor), the spread capped at that same 99th percentile
 (beyond it, disagreement says the correction is not to be trusted, which the fallback acts on, not how wide the

@@ -71,7 +71,7 @@ def test_make_train_logs_and_registers_on_the_server_and_the_service_answers_fro
 
 
 def _mlflow_models_serve_answers(url: str, tmp_path: Path) -> None:
-    """The README's `make mlflow-serve`: MLflow's own scoring server, answering its own input example over HTTP."""
+    """`make mlflow-serve` (docs/scale-out.md): MLflow's scoring server, answering its own input example over HTTP."""
     port = free_port()
     serving = subprocess.Popen(["make", "mlflow-serve", f"PORT={port}"], cwd=REPO, env=_env(url),
                                stdout=open(tmp_path / "mlflow-serve.log", "w"), stderr=subprocess.STDOUT,
