@@ -1,4 +1,5 @@
-"""Lin et al.'s three-region latency model of a collective (../shared/seeds/002, section IV-A).
+"""Lin et al.'s three-region latency model of a collective ("Towards Universal Performance Modeling for ML
+Training on Multi-GPU Platforms", section IV-A).
 
     t(m) = t_s                                  m <= m1   (constant latency)
          = log2(m) / 10**sigmoid(log2 m)        m1 < m < m2 (S-shaped transition)

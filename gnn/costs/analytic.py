@@ -1,6 +1,7 @@
 """Analytic per-block costs of a model of collect.workloads under a plan (per family: gnn.costs.layers).
 
-Formulas from the transformer characterisation (../shared/seeds/001): per
+Formulas from the transformer characterisation (Cheng et al., "Thorough Characterization and Analysis of Large
+Transformer Model Training At-Scale"): per
 layer 12d^2 parameters; forward matmul FLOPs 24 b s d^2 + 4 b s^2 d per layer
 (the b(72sd^2 + 12s^2d) per training step, over three passes). Activation bytes are the tensors the collector's
 blocks save for backward (gnn.costs.layers, checked against fake-tensor traces of its code at full size), attention

@@ -1,7 +1,8 @@
 """What one transformer layer computes, keeps and holds, per family, on one rank of a plan.
 
 Forward FLOPs count 2 per multiply-add of every matmul, causal attention unhalved (the GPT formula's convention,
-../shared/seeds/001). Per token of a micro-batch on one (tp, cp) rank:
+Cheng et al., "Thorough Characterization and Analysis of Large Transformer Model Training At-Scale"). Per token of
+a micro-batch on one (tp, cp) rank:
 - attention: projections 2d(q + 2kv) + 2qd with q = heads x head_dim, kv = kv_heads x head_dim (grouped-query
   attention shrinks only k and v); scores and their use 4 s q, with s every token of the sequence (under
   context parallelism a rank's queries still meet all keys, passed round the ring);

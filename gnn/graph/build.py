@@ -1,6 +1,7 @@
 """Compile (workload, plan, cluster, hardware) into a distributed execution graph.
 
-In the spirit of Proteus's distributed execution graph (../shared/seeds/004):
+In the spirit of Proteus's distributed execution graph (Duan et al., "Proteus: Simulating the Performance of
+Distributed DNN Training"):
 nodes are compute blocks (embedding, attention, MLP, head/loss, per pipeline
 stage, micro-batch and phase, plus the optimizer step) and communication (TP
 all-reduce or reduce-scatter/all-gather, DP gradient all-reduce, FSDP

@@ -3,7 +3,8 @@
 Each pipeline rank has three streams: compute, collectives, and pipeline
 send/recv. A node starts when all its predecessors have finished: its data
 dependencies, and the previous node on its own stream (program order). This
-gives Algorithm 1 of Lin et al. (../shared/seeds/002): intra-rank
+gives Algorithm 1 of Lin et al. ("Towards Universal Performance Modeling for ML Training on Multi-GPU
+Platforms"): intra-rank
 synchronisation where compute waits on communication, and inter-rank
 synchronisation at send/recv. DP and TP replicas run in lock-step, so their
 collectives synchronise implicitly.

@@ -75,6 +75,22 @@ def test_imports_run_one_way():
     assert upward == []
 
 
+def _rooms(package: str) -> dict[str, list[str]]:
+    """The import graph between the rooms of one package (its subpackages and top-level modules)."""
+    room = {m: m.split(".")[1] for m in MODULES if m.split(".")[0] == package and "." in m}
+    graph: dict[str, set[str]] = {r: set() for r in room.values()}
+    for m, r in room.items():
+        graph[r] |= {room[d] for d in imports_of(m) if d in room and room[d] != r}
+    return {r: sorted(ds) for r, ds in graph.items()}
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_imports_run_one_way_inside_each_package(package):
+    """Inside a package too, the rooms stand in floors: no two import each other, however indirectly."""
+    rooms = _rooms(package)
+    assert any(rooms.values()) and _cycles(rooms) == []
+
+
 def test_the_import_reader_sees_imports_inside_functions(tmp_path):
     (tmp_path / "gnn").mkdir()
     (tmp_path / "serve").mkdir()
