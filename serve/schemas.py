@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collect.hardware.records import default_hardware_dir, load_hardware
-from collect.schema import Cluster, Plan, RunSpec, Workload, plan_problems
+from collect.schema import Cluster, Network, Plan, RunSpec, Workload, plan_problems
 from collect.schema.choices import FLOAT8_SCALINGS, Float8, Framework, gemm_rate_key
 from gnn.inference.cost import explain_cost, over_budget, request_cost
 from gnn.inference.predictor import FITS_MAX_RISK
@@ -33,8 +33,9 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ClusterSpec(_Request):
-    """A cluster: a datasheet preset (e.g. a100-80gb) or a measured fingerprint, and its size."""
+class ClusterSpec(_Request, Network):
+    """A cluster: a datasheet preset (e.g. a100-80gb) or a measured fingerprint, its size, and its network where it
+    is not a node of NVLink with a NIC per GPU (collect.schema.plan.Network)."""
 
     preset: str | None = None
     """Hardware preset (v100-16gb, a100-40gb, a100-80gb, h100-80gb, b200-180gb, b300-288gb, gb200-nvl72,
@@ -45,12 +46,6 @@ class ClusterSpec(_Request):
     devices_per_node: int | None = Field(default=None, ge=1, le=64)
     memory_bytes: int | None = Field(default=None, ge=1)
     """Per-device capacity; defaults to the preset's."""
-    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_WORLD_SIZE)
-    """GPUs on one NVLink fabric when wider than a node (a whole number of nodes); defaults to a node."""
-    nics_per_node: int | None = Field(default=None, ge=1, le=64)
-    """Inter-node NICs per node; defaults to one per GPU (DGX, NVL72), as the presets assume."""
-    nic_bandwidth_bytes_per_s: int | None = Field(default=None, ge=1, le=10**13)
-    """One NIC's bandwidth per direction; defaults to the preset's (400 Gb/s: 5e10)."""
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
@@ -94,7 +89,7 @@ class ClusterSpec(_Request):
         return self.preset or self.fingerprint
 
     def cluster(self) -> Cluster:
-        network = {k: getattr(self, k) for k in ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")}
+        network = {k: getattr(self, k) for k in Network.model_fields}
         if self.preset:
             p = self._preset
             return Cluster(

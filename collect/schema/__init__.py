@@ -2,6 +2,7 @@
 
 from collect.schema.checks import RunSpec, collect_problems, plan_problems
 from collect.schema.choices import (
+    CONVENTIONS,
     DTYPE_BYTES,
     FAMILIES,
     FLOAT8_SCALINGS,
@@ -18,7 +19,7 @@ from collect.schema.choices import (
     Sharding,
     framework_conventions,
 )
-from collect.schema.plan import CONVENTIONS, Cluster, Plan
+from collect.schema.plan import Cluster, Network, Plan
 from collect.schema.workload import Workload
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "RECOMPUTES",
     "SHARDINGS",
     "Cluster",
+    "Network",
     "DType",
     "Family",
     "Float8",

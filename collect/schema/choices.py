@@ -39,6 +39,27 @@ FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
+# the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
+CONVENTIONS = (
+    "loss_parallel",
+    "pipeline_keeps_outputs",
+    "pipeline_holds_buffers",
+    "sequence_parallel_regather",
+    "fp32_master_weights",
+    "fp32_grads",
+    "float8_params",
+    "pipeline_split",
+    "attention",
+    "attention_keeps_packed_qkv",
+    "tp_layer_latency",
+    "grad_reduce_overlap",
+    "param_gather_overlap",
+    "tp_comm_overlap",
+    "optimizer_state_dtype",
+    "moe_dispatcher",
+)
+
+
 def framework_conventions(
     framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32", float8: str = "none"
 ) -> dict[str, bool | str]:

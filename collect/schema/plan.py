@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from collect.schema.choices import (
+    CONVENTIONS,
     Attention,
     MoeDispatcher,
     OptimizerStateDType,
@@ -18,25 +19,6 @@ from collect.schema.choices import (
 )
 from collect.schema.stages import split_by_weights
 
-# the fields that say how a framework runs a plan (Plan's conventions), not what the plan is
-CONVENTIONS = (
-    "loss_parallel",
-    "pipeline_keeps_outputs",
-    "pipeline_holds_buffers",
-    "sequence_parallel_regather",
-    "fp32_master_weights",
-    "fp32_grads",
-    "float8_params",
-    "pipeline_split",
-    "attention",
-    "attention_keeps_packed_qkv",
-    "tp_layer_latency",
-    "grad_reduce_overlap",
-    "param_gather_overlap",
-    "tp_comm_overlap",
-    "optimizer_state_dtype",
-    "moe_dispatcher",
-)
 # bounds far past any cluster (a million GPUs), so no degree reaches a check's arithmetic unbounded; the service
 # bounds a plan's pipeline tighter (serve.schemas)
 MAX_DEGREE = 2**20
@@ -44,7 +26,7 @@ MAX_MICROBATCHES = 2**30
 MAX_STAGES = 2**16  # pp * virtual_stages: checks.plan_problems lists each stage's layers only below this
 # fields added after data was collected: rows without them read their defaults, run ids leave them out at those
 LATER_FIELDS = ("cp", "ep", "etp", "float8_all_gather", *CONVENTIONS)
-CLUSTER_LATER_FIELDS = ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")
+CLUSTER_LATER_FIELDS = ("nvlink_domain", "nics_per_node", "nic_bandwidth_bytes_per_s")  # Network's
 
 
 class Plan(Strict):
@@ -254,7 +236,22 @@ class Plan(Strict):
         return tuple(counts)
 
 
-class Cluster(Strict):
+class Network(BaseModel):
+    """How a cluster's GPUs reach each other, where it differs from a node of NVLink and a NIC per GPU: declared
+    here once, for the collector's Cluster and the service's ClusterSpec."""
+
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """GPUs that reach each other over NVLink: a node's (None), or a rack's where nodes share an NVLink switch
+    fabric (72 in a GB200 NVL72 described as trays of 4). A group inside it never touches a NIC."""
+    nics_per_node: int | None = Field(default=None, ge=1, le=64)
+    """Network interfaces per node for the inter-node fabric (None: one per device, as in DGX and NVL72 nodes,
+    rail-optimised). With fewer, the node's devices share them: a group's traffic across nodes gets
+    nics_per_node / devices_per_node of a NIC per device."""
+    nic_bandwidth_bytes_per_s: int | None = Field(default=None, ge=1, le=10**13)
+    """One NIC's bandwidth per direction (None: the hardware preset's: 50 GB/s, 400 Gb/s NDR InfiniBand)."""
+
+
+class Cluster(Strict, Network):
     """Where the plan runs."""
 
     nodes: int = Field(default=1, ge=1)
@@ -269,15 +266,6 @@ class Cluster(Strict):
     """Per-device memory capacity; a plan whose peak exceeds it is labelled oom."""
     backend: Literal["gloo", "nccl"] = "gloo"
     """torch.distributed backend."""
-    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
-    """GPUs that reach each other over NVLink: a node's (None), or a rack's where nodes share an NVLink switch
-    fabric (72 in a GB200 NVL72 described as trays of 4). A group inside it never touches a NIC."""
-    nics_per_node: int | None = Field(default=None, ge=1, le=64)
-    """Network interfaces per node for the inter-node fabric (None: one per device, as in DGX and NVL72 nodes,
-    rail-optimised). With fewer, the node's devices share them: a group's traffic across nodes gets
-    nics_per_node / devices_per_node of a NIC per device."""
-    nic_bandwidth_bytes_per_s: int | None = Field(default=None, ge=1, le=10**13)
-    """One NIC's bandwidth per direction (None: the hardware preset's: 50 GB/s, 400 Gb/s NDR InfiniBand)."""
 
     @model_validator(mode="after")
     def _backend_matches_device(self) -> "Cluster":

@@ -145,9 +145,24 @@ class Workload(Strict):
         return self.head_dim or self.hidden // self.heads
 
     @property
+    def mlp(self) -> str:
+        """The dense MLP: GPT's GELU over 4 hidden, or a SwiGLU of ffn_hidden (llama's, and moe's dense layers)."""
+        return "gelu" if self.family == "gpt" else "swiglu"
+
+    @property
+    def position_params(self) -> int:
+        """Learned position embeddings (GPT's, seq_len x hidden); rotary positions have none."""
+        return self.seq_len * self.hidden if self.family == "gpt" else 0
+
+    @property
+    def final_norm_params(self) -> int:
+        """The norm before the head: GPT's LayerNorm (weight and bias), else an RMSNorm (weight)."""
+        return 2 * self.hidden if self.family == "gpt" else self.hidden
+
+    @property
     def dense_ffn(self) -> int:
         """Width of a dense MLP: 4 hidden for GPT, ffn_hidden otherwise (0: a MoE model without dense layers)."""
-        return 4 * self.hidden if self.family == "gpt" else self.ffn_hidden or 0
+        return 4 * self.hidden if self.mlp == "gelu" else self.ffn_hidden or 0
 
     @property
     def moe_layers(self) -> int:
@@ -191,9 +206,7 @@ class Workload(Strict):
         d, v = self.hidden, self.vocab
         moe = self.moe_layers
         blocks = (self.layers - moe) * self.layer_params(False) + (moe * self.layer_params(True) if moe else 0)
-        if self.family == "gpt":
-            return blocks + 2 * v * d + self.seq_len * d + 2 * d  # untied head, learned positions, final LayerNorm
-        return blocks + (1 if self.tied_embeddings else 2) * v * d + d
+        return blocks + (1 if self.tied_embeddings else 2) * v * d + self.position_params + self.final_norm_params
 
     @property
     def active_params(self) -> int:

@@ -75,8 +75,8 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         logits_bytes=tokens * v * 4 / (t if plan.loss_parallel else 1),
         layer_params=shape.params,
         expert_params=shape.expert_params,
-        embed_params=(v * d) / t + (s * d if w.family == "gpt" else 0),
-        head_params=(0 if tied_alone else (v * d) / t) + (2 * d if w.family == "gpt" else d),
+        embed_params=(v * d) / t + w.position_params,
+        head_params=(0 if tied_alone else (v * d) / t) + w.final_norm_params,
         attn_share=shape.attn_share,
         attn_gemm_share=shape.attn_gemm_share,
         a2a_bytes=tokens * shape.a2a_elements * db,
@@ -114,7 +114,7 @@ def largest_param(w: Workload, plan: Plan, stages: list[int]) -> float:
     first and last stages. Sharded by tp, and by dp under FSDP."""
     d = w.hidden
     sizes = [max(w.dense_ffn, w.heads * w.head_size) * d / plan.tp]
-    if w.family == "moe":
+    if w.moe_layers:
         sizes.append(w.experts / plan.ep * w.expert_ffn_hidden * d / plan.expert_tp)
     if 0 in stages or plan.num_stages - 1 in stages:
         sizes.append(w.vocab * d / plan.tp)

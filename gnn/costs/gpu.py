@@ -211,7 +211,7 @@ def _mlp_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, d
     """The MLP's GEMMs and activation: GPT's GELU MLP, a SwiGLU, or MoE layers mixed with dense ones (each expert
     a SwiGLU over its share of the routed tokens, gathered from every ep rank)."""
     d, t = w.hidden, plan.tp
-    if w.family == "gpt":
+    if w.mlp == "gelu":
         return (
             g.gemm_seconds(m, d, 4 * d / t, rate, db)
             + g.gemm_seconds(m, 4 * d / t, d, rate, db)
@@ -252,7 +252,7 @@ def _quantise_seconds(g: GpuKernels, w: Workload, plan: Plan, kind: str, m: floa
     d, t, write = w.hidden, plan.tp, 2 * QUANTISED_BYTES[w.float8]
     if kind == "attn":
         elements, linears = d + w.attention.out / t + w.attention.latent, 2 + 2 * w.mla
-    elif w.family == "gpt":
+    elif w.mlp == "gelu":
         elements, linears = d + 4 * d / t, 2
     else:
         share, elements, linears = w.moe_layers / w.layers, d + w.dense_ffn / t, 3

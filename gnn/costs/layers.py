@@ -25,6 +25,17 @@ from dataclasses import dataclass
 
 from collect.schema import Plan, Workload
 
+# What selective recompute keeps is every matmul's and attention's output (LayerShape.selective_bytes, per family
+# below); what it runs again in the backward is the pointwise work between them (norms, activations, rotary), a
+# small share of a layer's FLOPs: an assumption, not measured.
+SELECTIVE_RECOMPUTE_FLOP_SHARE = 0.1
+
+
+def recompute_flop_share(recompute: str) -> float:
+    """Of a layer's forward FLOPs, the share the backward runs again: none, the pointwise work between the kept
+    outputs (selective), or all of it (full)."""
+    return {"none": 0.0, "selective": SELECTIVE_RECOMPUTE_FLOP_SHARE, "full": 1.0}[recompute]
+
 
 @dataclass(frozen=True)
 class LayerShape:
@@ -144,7 +155,7 @@ def layer_matrices(w: Workload, plan: Plan) -> list[tuple[float, float]]:
         attention += [(w.heads * (w.qk_nope_head_dim + w.v_head_dim) / t, lora), (d, a.out / t)]
     else:
         attention = [(a.q / t, d), (a.k / t, d), (a.v / t, d), (d, a.out / t)]
-    if w.family == "moe":
+    if w.moe_layers:
         shared = w.shared_experts * w.expert_ffn_hidden
         mlp = [(w.experts, d)] + ([(d, shared), (d, shared), (shared, d)] if shared else [])
     else:

@@ -1,12 +1,11 @@
 """The nodes of one forward or backward pass of a stage, and of a rank's optimizer step, as table rows.
 
-Every micro-batch of a stage runs the same pass: the same blocks, collectives, costs and memory. Only the
-first and last micro-batches differ (the first backward allocates the gradients; FSDP gathers and frees on
-the first and last), so a plan has a handful of distinct passes, and gnn.graph.build repeats their rows across
-the schedule. Rows are built for one stage of a role (first, middle, last) with rank and micro-batch 0;
-gnn.graph.build fills in all three where it places a pass. Nothing here depends on the micro-batch count or the
-pipeline schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated plan (gnn.sim.plan)
-share one compiler, and so can the plans of a batch that differ only in those (``shared_compiler``).
+Every micro-batch of a stage runs the same pass: the same blocks, collectives, costs and memory. Only the first
+and last differ (the first backward allocates the gradients; FSDP gathers and frees on the first and last), so a
+plan has a handful of distinct passes, which gnn.graph.build repeats across the schedule, filling in the rank and
+micro-batch of the rows built here for one stage of a role (first, middle, last). Nothing here depends on the
+micro-batch count or the schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated
+plan (gnn.sim.plan) share one compiler, and so can a batch's plans that differ only in those (``shared_compiler``).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 from collect.schema import CONVENTIONS, Cluster, Plan, Workload
 from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_dtype_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
+from gnn.costs.layers import recompute_flop_share
 from gnn.costs.pricing import Pricing, network
 from gnn.graph.layout import stage_role, uneven_layers
 from gnn.graph.memory import StageMemory
@@ -170,7 +170,7 @@ class PassCompiler:
             # peak comes late in the backward, with most shards written. Charged here, where the gathers start.
             last = grads_at = self._fsdp_gather(rows, last, stage, "backward")
         if plan.recompute != "none":
-            share = 1.0 if plan.recompute == "full" else 0.1  # selective recomputes only cheap pointwise ops
+            share = recompute_flop_share(plan.recompute)
             last = rows.add(
                 last,
                 "attn",
