@@ -105,7 +105,7 @@ class BatchPredictor:
         """A model trained on another feature layout cannot read what this code makes of a plan: say so, rather
         than fail on a tensor shape."""
         member = self.ensemble.members[0]
-        config = member.config if hasattr(member, "config") else dict(member.hparams)
+        config = member.config
         trained = config.get("feature_names")
         flat_names = tuple(n for n in flat_names if n.startswith("f_"))  # the rest: simulator outputs, not inputs
         if (trained is not None and list(trained) != list(flat_names)) or config["node_dim"] != NODE_DIM:

@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 
 from gnn.model.ensemble import Ensemble
-from gnn.model.inference_net import Member
+from gnn.model.member import Member
 
 FORMAT = 1
 
 
 def describe(ensemble: Ensemble) -> dict:
-    members = [dict(m.hparams) if hasattr(m, "hparams") else dict(m.config) for m in ensemble.members]
+    members = [dict(m.config) for m in ensemble.members]
     return {
         "format": FORMAT,
         "members": [_plain(m) for m in members],

@@ -279,9 +279,8 @@ class Ensemble(nn.Module):
 def _feature_names(members: list[nn.Module]) -> list[str] | None:
     """The flat feature names the members were trained on (their config), if they say."""
     for m in members:
-        config = m.config if hasattr(m, "config") else dict(getattr(m, "hparams", {}))
-        if config.get("feature_names"):
-            return list(config["feature_names"])
+        if m.config.get("feature_names"):
+            return list(m.config["feature_names"])
     return None
 
 

@@ -26,32 +26,40 @@ _CACHE: "weakref.WeakKeyDictionary[nn.ModuleList, dict]" = weakref.WeakKeyDictio
 TYPED_FROM = 2048
 
 
+# PlanGNN's depth (gnn.model.network builds by these): linears in each GINE layer's MLP and in the head
+CONV_LINEARS, HEAD_LINEARS = 2, 3
+
+
+def weight_names(num_layers: int) -> list[str]:
+    """The state-dict names of gnn.model.network.PlanGNN's tensors, under the training module's ``model``: what the
+    forward pass here reads (the physics base aside: a module of its own)."""
+
+    def linear(name: str) -> list[str]:
+        return [f"model.{name}.weight", f"model.{name}.bias"]
+
+    names = [f"model.{norm}.{b}" for norm in ("node_norm", "global_norm") for b in ("mean", "scale")]
+    names += linear("node_in")
+    for i in range(num_layers):
+        names += linear(f"convs.{i}.lin") + [f"model.convs.{i}.eps"]
+        names += [n for j in range(CONV_LINEARS) for n in linear(f"convs.{i}.nn.lins.{j}")]
+    return names + [n for j in range(HEAD_LINEARS) for n in linear(f"head.lins.{j}")]
+
+
+def _tensors(member: nn.Module) -> dict[str, torch.Tensor]:
+    """A member's tensors by state-dict name: a training module's parameters, or a loaded member's buffers."""
+    return {**dict(member.named_parameters()), **dict(member.named_buffers())}
+
+
 def fusable(members: nn.ModuleList) -> bool:
-    """Members in eval mode built like gnn.model.network.PlanGNN: GINE convolutions and heads of ReLU MLPs, no norms."""
+    """Members in eval mode holding PlanGNN's tensors, alike in shape."""
     if any(m.training for m in members):
         return False
     entry = _entry(members)
     if entry["fusable"] is None:
-        entry["fusable"] = _built_like_plan_gnn(members)
+        names = weight_names(members[0].config["num_layers"])
+        shapes = [[tuple(t[n].shape) if n in t else None for n in names] for t in map(_tensors, members)]
+        entry["fusable"] = None not in shapes[0] and all(s == shapes[0] for s in shapes)
     return entry["fusable"]
-
-
-def _built_like_plan_gnn(members: nn.ModuleList) -> bool:
-    for m in members:
-        model = getattr(m, "model", None)
-        if model is None or not hasattr(model, "physics_offset"):
-            return False
-        mlps = [conv.nn for conv in model.convs] + [model.head]
-        # GINE layers with an edge linear (torch_geometric's GINEConv, or gnn.model.inference_net's mirror of it)
-        if not all(getattr(conv, "lin", None) is not None and hasattr(conv, "eps") for conv in model.convs) or any(
-            not isinstance(mlp.act, nn.ReLU)
-            or mlp.act_first
-            or not mlp.plain_last
-            or not all(isinstance(n, nn.Identity) for n in mlp.norms)
-            for mlp in mlps
-        ):
-            return False
-    return len({tuple(p.shape for p in m.model.parameters()) for m in members}) == 1
 
 
 def _entry(members: nn.ModuleList) -> dict:
@@ -67,11 +75,12 @@ def _entry(members: nn.ModuleList) -> dict:
     return entry
 
 
-def _stack(linears) -> tuple[torch.Tensor, torch.Tensor]:
-    """[M, in, out] weights and [M, 1, out] biases, so that baddbmm(bias, x, weight) = x @ W.T + b per member."""
+def _stack(tensors: list[dict], name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, in, out] weights and [M, 1, out] biases of linear ``name``, so that baddbmm(bias, x, weight) = x @ W.T + b
+    per member."""
     return (
-        torch.stack([lin.weight.detach().t() for lin in linears]).contiguous(),
-        torch.stack([lin.bias.detach() for lin in linears]).unsqueeze(1),
+        torch.stack([t[f"model.{name}.weight"].detach().t() for t in tensors]).contiguous(),
+        torch.stack([t[f"model.{name}.bias"].detach() for t in tensors]).unsqueeze(1),
     )
 
 
@@ -81,29 +90,26 @@ def _weights(members: nn.ModuleList) -> dict:
     version = [(p.data_ptr(), p._version) for p in entry["params"]]
     if entry["version"] == version:
         return entry["weights"]
-    models = [m.model for m in members]
-    layers = []
-    for i in range(len(models[0].convs)):
-        convs = [model.convs[i] for model in models]
-        layers.append(
-            (
-                _stack([c.lin for c in convs]),
-                _stack([c.nn.lins[0] for c in convs]),
-                _stack([c.nn.lins[1] for c in convs]),
-                torch.stack([c.eps.detach().reshape(()) for c in convs]).view(-1, 1, 1),
-            )
+    tensors = [_tensors(m) for m in members]
+    layers = [
+        (
+            _stack(tensors, f"convs.{i}.lin"),
+            *(_stack(tensors, f"convs.{i}.nn.lins.{j}") for j in range(CONV_LINEARS)),
+            torch.stack([t[f"model.convs.{i}.eps"].detach().reshape(()) for t in tensors]).view(-1, 1, 1),
         )
-    heads = [_stack([model.head.lins[j] for model in models]) for j in range(len(models[0].head.lins))]
-    entry.update(version=version, weights={"layers": layers, "heads": heads, "inputs": _stack_inputs(members)})
+        for i in range(members[0].config["num_layers"])
+    ]
+    heads = [_stack(tensors, f"head.lins.{j}") for j in range(HEAD_LINEARS)]
+    entry.update(version=version, weights={"layers": layers, "heads": heads, "inputs": _stack_inputs(members, tensors)})
     return entry["weights"]
 
 
-def _stack_inputs(members: nn.ModuleList) -> dict:
+def _stack_inputs(members: nn.ModuleList, tensors: list[dict]) -> dict:
     """The members' input masks and standardisations as [M, 1, dim], and whether one physics base serves all."""
     models = [m.model for m in members]
 
-    def stacked(tensors):
-        return torch.stack([t.detach() for t in tensors]).unsqueeze(1)
+    def stacked(name):
+        return torch.stack([t[name].detach() for t in tensors]).unsqueeze(1)
 
     one = models[0]
     shared_physics = all(torch.equal(m.u_mask, members[0].u_mask) for m in members) and all(
@@ -116,13 +122,13 @@ def _stack_inputs(members: nn.ModuleList) -> dict:
         for model in models
     )
     return {
-        "x_mask": stacked([m.x_mask for m in members]),
-        "u_mask": stacked([m.u_mask for m in members]),
-        "x_mean": stacked([m.node_norm.mean for m in models]),
-        "x_scale": stacked([m.node_norm.scale for m in models]),
-        "u_mean": stacked([m.global_norm.mean for m in models]),
-        "u_scale": stacked([m.global_norm.scale for m in models]),
-        "node_in": _stack([m.node_in for m in models]),
+        "x_mask": stacked("x_mask"),
+        "u_mask": stacked("u_mask"),
+        "x_mean": stacked("model.node_norm.mean"),
+        "x_scale": stacked("model.node_norm.scale"),
+        "u_mean": stacked("model.global_norm.mean"),
+        "u_scale": stacked("model.global_norm.scale"),
+        "node_in": _stack(tensors, "node_in"),
         "shared_physics": shared_physics,
     }
 
@@ -176,7 +182,7 @@ def forward_members(members: nn.ModuleList, batch, physics: torch.Tensor | None 
     aggregate = typed or _edge_aggregation(batch)
     w_in, b_in = inputs["node_in"]
     h = torch.baddbmm(b_in, _standardized(batch.x, inputs["x_mask"], inputs["x_mean"], inputs["x_scale"]), w_in)
-    for (w_edge, b_edge), (w1, b1), (w2, b2), eps in weights["layers"]:
+    for (w_edge, b_edge), (w1, b1), (w2, b2), eps in weights["layers"]:  # CONV_LINEARS = 2
         cancel.check("the network's forward pass")  # a layer of the largest graph is ~0.3 s
         z = aggregate(h, w_edge, b_edge).addcmul_(h, 1 + eps)  # a fresh tensor: summed in place
         h = h.add_(torch.baddbmm(b2, torch.baddbmm(b1, z, w1).relu_(), w2).relu_())

@@ -60,6 +60,11 @@ class Surrogate(L.LightningModule):
         self.register_buffer("x_mask", x_mask)
         self.register_buffer("u_mask", u_mask)
 
+    @property
+    def config(self) -> dict:
+        """What rebuilds this member for serving (gnn.model.member.Member, through gnn.model.checkpoint)."""
+        return dict(self.hparams)
+
     def forward(self, batch) -> torch.Tensor:
         return self.model(batch.x * self.x_mask, batch.edge_index, batch.edge_attr, batch.u * self.u_mask, batch.batch)
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import MLP, GINEConv, global_add_pool, global_mean_pool
 
+from gnn.model.fused import CONV_LINEARS, HEAD_LINEARS
 from gnn.model.physics_base import offset_from_physics, time_base_for
 from gnn.model.standardize import Standardize
 
@@ -41,9 +42,9 @@ class PlanGNN(nn.Module):
         self.node_norm, self.global_norm = Standardize(node_dim), Standardize(global_dim)
         self.node_in = nn.Linear(node_dim, hidden)
         self.convs = nn.ModuleList(
-            GINEConv(MLP([hidden, hidden, hidden], norm=None), edge_dim=edge_dim + 1) for _ in range(num_layers)
+            GINEConv(MLP([hidden] * (CONV_LINEARS + 1), norm=None), edge_dim=edge_dim + 1) for _ in range(num_layers)
         )
-        self.head = MLP([2 * hidden + global_dim, hidden, hidden, 3], dropout=dropout, norm=None)
+        self.head = MLP([2 * hidden + global_dim, *[hidden] * (HEAD_LINEARS - 1), 3], dropout=dropout, norm=None)
 
     def body(self, x, edge_index, edge_attr) -> torch.Tensor:
         forward_flag = torch.zeros(edge_attr.shape[0], 1, device=edge_attr.device)

@@ -1,5 +1,5 @@
 """Input standardisation shared by the training network (gnn.model.network) and inference
-(gnn.model.fused, gnn.model.inference_net)."""
+(gnn.model.fused, which serves its saved tensors)."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED, new_source_rows: Path |
     registered.save(out / "predictor.pt")
     predictor = BatchPredictor.load(out / "predictor.pt", default_hardware_dir())  # predict as it will be read
     member = predictor.ensemble.members[0]
-    config = member.config if hasattr(member, "config") else dict(member.hparams)
+    config = member.config
     reference = reference_specs()
     for ref, prediction in zip(reference, predict_reference(predictor, reference)):
         ref["prediction"] = prediction

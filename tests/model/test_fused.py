@@ -11,7 +11,7 @@ from gnn.predictors.surrogate import TrainConfig, build_module
 
 
 def members(dataset, **config) -> nn.ModuleList:
-    cfg = TrainConfig(hidden=16, num_layers=2, **config)
+    cfg = TrainConfig(**{"hidden": 16, "num_layers": 2, **config})
     train_idx = np.arange(0, len(dataset), 3)
     out = []
     for seed in range(3):
@@ -95,3 +95,36 @@ def test_packed_graphs_split_back_into_the_graphs_they_join(vtrain_dataset):
     for graph, back in zip(graphs, pack(graphs).graphs(), strict=True):
         for key in ("x", "edge_index", "edge_attr", "u"):
             assert torch.equal(graph[key], back[key]), key
+
+
+def test_the_names_the_forward_pass_reads_are_the_networks_own(vtrain_dataset):
+    """gnn.model.fused reads PlanGNN's tensors by state-dict name: every one of them, and nothing else but the
+    physics base and the input masks."""
+    from gnn.model.fused import weight_names
+
+    for layers in (1, 2):
+        (member,) = members(vtrain_dataset, num_layers=layers)[:1]
+        held = {k for k in member.state_dict() if not k.startswith("model.time_base.")} - {"x_mask", "u_mask"}
+        assert held == set(weight_names(layers))
+
+
+def test_a_saved_member_serves_the_training_modules_own_answer(vtrain_dataset, tmp_path):
+    """Saved and loaded, a member holds the same tensors under the same names and answers as its training module;
+    a file lacking one of them is refused as another version's."""
+    from gnn.model import checkpoint
+    from gnn.model.ensemble import Ensemble
+
+    trained = Ensemble(list(members(vtrain_dataset))).eval()
+    checkpoint.save(tmp_path / "m.pt", trained, {})
+    loaded, _ = checkpoint.load(tmp_path / "m.pt")
+    assert set(loaded.state_dict()) == set(trained.state_dict())
+    batch = Batch.from_data_list([vtrain_dataset[i] for i in range(0, 40, 4)])
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            forward_members(loaded.members, batch), one_by_one(trained.members, batch), rtol=1e-5, atol=1e-5
+        )
+    blob = torch.load(tmp_path / "m.pt", weights_only=True)
+    del blob["state_dict"]["members.1.model.convs.0.lin.weight"]
+    torch.save(blob, tmp_path / "lacking.pt")
+    with pytest.raises(ValueError, match="another version of the code"):
+        checkpoint.load(tmp_path / "lacking.pt")
