@@ -33,39 +33,13 @@ class PhysicsHolder(nn.Module):
 class Member(nn.Module):
     """Built from the training module's hyper-parameters (gnn.model.checkpoint), then loaded with its weights."""
 
-    def __init__(
-        self,
-        node_dim: int,
-        edge_dim: int,
-        global_dim: int,
-        sim_index,
-        physics_columns: dict,
-        physics: bool = True,
-        hidden: int = 64,
-        num_layers: int = 3,
-        dropout: float = 0.1,
-        feature_names: list[str] | None = None,
-        time_base: str = "analytical",
-        **training,
-    ):
+    def __init__(self, **config):
         super().__init__()
-        self.config = {
-            "node_dim": node_dim,
-            "edge_dim": edge_dim,
-            "global_dim": global_dim,
-            "sim_index": list(sim_index),
-            "physics_columns": physics_columns,
-            "physics": physics,
-            "hidden": hidden,
-            "num_layers": num_layers,
-            "dropout": dropout,
-            "feature_names": feature_names,
-            "time_base": time_base,
-            **training,
-        }
-        self.model = PhysicsHolder(tuple(sim_index) if physics else None, time_base, feature_names)
-        self.register_buffer("x_mask", torch.ones(node_dim))
-        self.register_buffer("u_mask", torch.ones(global_dim))
+        self.config = {**config, "sim_index": list(config["sim_index"])}  # the training module's hparams, saved whole
+        sim_index = tuple(config["sim_index"]) if config.get("physics", True) else None
+        self.model = PhysicsHolder(sim_index, config.get("time_base", "analytical"), config.get("feature_names"))
+        self.register_buffer("x_mask", torch.ones(config["node_dim"]))
+        self.register_buffer("u_mask", torch.ones(config["global_dim"]))
 
     def _load_from_state_dict(self, state_dict, prefix, metadata, strict, missing, unexpected, errors):
         """Place each of the network's tensors where the training module holds it, shaped as the file has it;
