@@ -60,51 +60,61 @@ CONVENTIONS = (
 )
 
 
+# Each framework's conventions side by side (the Plan fields of the same names say what each means): a row's
+# value holds where its condition does (tp: tp > 1; sp: sequence parallelism; half: a 2-byte dtype; fp8: an FP8
+# format Megatron holds the weights in alone, tensorwise or MXFP8), and is False elsewhere. torch is the collector.
+TABLE_FRAMEWORKS = ("torch", "torchtitan", "megatron", "nemo", "nanotron")
+CONVENTION_TABLE: dict[str, tuple[tuple[str, ...], tuple]] = {
+    # convention                   condition      torch     torchtitan megatron  nemo      nanotron
+    "loss_parallel":              (("tp",),       (False,   True,      True,     True,     True)),
+    "pipeline_keeps_outputs":     ((),            (True,    True,      False,    False,    False)),
+    "pipeline_holds_buffers":     ((),            (True,    True,      False,    False,    False)),
+    "sequence_parallel_regather": (("sp",),       (False,   False,     True,     True,     True)),
+    "fp32_master_weights":        (("half",),     (False,   True,      True,     True,     True)),
+    "fp32_grads":                 (("half",),     (False,   True,      True,     True,     True)),
+    "float8_params":              (("half", "fp8"), (False, False,     True,     True,     False)),
+    "pipeline_split":             ((),            ("layers", "layers", "layers", "layers", "weights")),
+    "attention_keeps_packed_qkv": ((),            (False,   False,     False,    False,    True)),
+    "tp_layer_latency":           ((),            (False,   False,     False,    False,    True)),
+    "grad_reduce_overlap":        ((),            (False,   False,     True,     True,     False)),
+    "param_gather_overlap":       ((),            (False,   False,     True,     True,     False)),
+    "tp_comm_overlap":            (("tp", "sp"),  (False,   False,     False,    True,     False)),
+}  # fmt: skip
+
+
 def framework_conventions(
     framework: str, tp: int, sequence_parallel: bool = False, dtype: str = "float32", float8: str = "none"
 ) -> dict[str, bool | str]:
-    """The plan's convention fields (collect.schema.plan) as a framework sets them by default.
+    """The plan's convention fields (collect.schema.plan) as a framework sets them by default: its column of
+    CONVENTION_TABLE where each row's condition holds.
 
-    torch: the local collector's (whole logits on every tp rank, the pipeline keeps its outputs and buffers,
-    DTensor's sequence parallelism saves gathered inputs, weights and gradients in the workload's dtype).
-    Megatron (and NeMo, which runs it) and Nanotron: vocabulary-parallel cross entropy, only the loss kept by the
-    pipeline, whose buffers live only while used, sequence-parallel inputs gathered again in backward, and in a
-    2-byte dtype fp32 master weights and gradients (Megatron's arguments turn on fp32 gradient accumulation for
-    bf16 only, so its fp16 gradients stay fp16; Nanotron's benchmarks set accumulate_grad_in_fp32). torchtitan:
-    loss parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence parallelism,
-    FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Nanotron alone splits a pipeline by
-    weights (plan.pipeline_split), keeps multi-head attention's packed q, k and v whole
-    (plan.attention_keeps_packed_qkv) and waits a latency per layer that grows with tp (plan.tp_layer_latency).
-    Megatron alone overlaps the gradient reduction with the backward and the distributed optimizer's parameter
-    all-gather with the next forward (overlap_grad_reduce, overlap_param_gather: on in NeMo's and
+    Sources: torch is the local collector's code. Megatron: vocab-parallel cross entropy, forward_backward_func
+    keeping only the loss, point-to-point buffers freed once used, sequence parallelism's all-gather repeated in
+    backward, fp32 master weights and main_grad buffers (its arguments turn fp32 gradient accumulation on for bf16
+    only, so its fp16 gradients stay fp16), overlap_grad_reduce and overlap_param_gather (on in NeMo's and
     Megatron-Bridge's performance recipes; Megatron-LM's releases before 2023 had neither, so older runs turn them
-    off, collect.published.dlperf). NeMo (and Megatron-Bridge) take Megatron's conventions and overlap tensor
-    parallelism's collectives with the GEMMs where sequence parallelism runs (plan.tp_comm_overlap: the
-    tp_comm_overlap of their performance recipes), and their FP8 recipes but sub-channel and NVFP4 hold the weights
-    in FP8 only (plan.float8_params, for ``float8`` the workload's format). Every framework runs fused attention
-    (plan.attention, the default)."""
-    nemo = framework == "nemo"
-    framework = "megatron" if nemo else framework
-    torch = framework == "torch"
-    half = DTYPE_BYTES.get(dtype, 4) == 2 and not torch
-    return {
-        "loss_parallel": tp > 1 and not torch,
-        "pipeline_keeps_outputs": framework in ("torch", "torchtitan"),
-        "pipeline_holds_buffers": framework in ("torch", "torchtitan"),
-        "sequence_parallel_regather": sequence_parallel and framework in ("megatron", "nanotron"),
-        "fp32_master_weights": half,
-        # Megatron accumulates fp16 gradients in fp16 unless told otherwise (--accumulate-allreduce-grads-in-fp32
-        # is off by default and forced on only for bf16)
-        "fp32_grads": half and not (framework == "megatron" and dtype == "float16"),
-        # Megatron-Bridge's and NeMo's FP8 recipes but sub-channel and NVFP4 hold the weights in FP8 only
-        "float8_params": half and framework == "megatron" and float8 in ("tensorwise", "mxfp8"),
-        "pipeline_split": "weights" if framework == "nanotron" else "layers",
-        "attention_keeps_packed_qkv": framework == "nanotron",
-        "tp_layer_latency": framework == "nanotron",
-        "grad_reduce_overlap": framework == "megatron",
-        "param_gather_overlap": framework == "megatron",
-        "tp_comm_overlap": nemo and tp > 1 and sequence_parallel,
+    off, collect.published.dlperf), and fp8_param_gather in Megatron-Bridge's FP8 delayed/current-scaling and MXFP8
+    recipes. NeMo (and Megatron-Bridge) run Megatron and overlap tensor parallelism's collectives with the GEMMs
+    where sequence parallelism runs (tp_comm_overlap). Nanotron: the same as Megatron without the overlaps, and
+    alone it splits a pipeline by weights, keeps multi-head attention's packed q, k and v whole, and waits a
+    latency per layer that grows with tp (measured in the Ultra-Scale Playbook's runs). torchtitan: loss
+    parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence parallelism,
+    FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Every framework runs fused
+    attention (plan.attention, the default)."""
+    column = TABLE_FRAMEWORKS.index(framework)
+    holds = {
+        "tp": tp > 1,
+        "sp": sequence_parallel,
+        "half": DTYPE_BYTES.get(dtype, 4) == 2,
+        "fp8": float8 in ("tensorwise", "mxfp8"),
     }
+    conventions = {
+        name: values[column] if all(holds[c] for c in condition) else False
+        for name, (condition, values) in CONVENTION_TABLE.items()
+    }
+    if framework in ("megatron", "nemo") and dtype == "float16":
+        conventions["fp32_grads"] = False  # Megatron accumulates fp16 gradients in fp16 (bf16 only is forced)
+    return conventions
 
 
 class Strict(BaseModel):

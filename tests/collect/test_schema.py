@@ -221,3 +221,16 @@ def test_a_huge_layer_count_is_split_without_walking_its_layers():
     worker.join(timeout=60)
     assert result, "the split walked the layers"
     assert sum(result[0]) == 10**15 and len(result[0]) == 8
+
+
+def test_the_convention_table_has_a_column_per_framework_and_a_row_per_convention_a_framework_sets():
+    from collect.schema import CONVENTIONS, FRAMEWORKS, Plan, framework_conventions
+    from collect.schema.choices import CONVENTION_TABLE, TABLE_FRAMEWORKS
+
+    assert sorted(TABLE_FRAMEWORKS) == sorted(FRAMEWORKS)
+    assert all(len(values) == len(TABLE_FRAMEWORKS) for _, values in CONVENTION_TABLE.values())
+    # the rest are the workload's or the plan's own choice, not a framework's default
+    assert set(CONVENTIONS) - set(CONVENTION_TABLE) == {"attention", "optimizer_state_dtype", "moe_dispatcher"}
+    # the collector's column: every default of the Plan's fields
+    torch = framework_conventions("torch", 8, True, "bfloat16", "tensorwise")
+    assert torch == {name: Plan.model_fields[name].default for name in CONVENTION_TABLE}
