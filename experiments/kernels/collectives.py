@@ -10,10 +10,18 @@
   preset describes it, so only the shape is checked, as the issue asks: bus bandwidth at 4 GiB against GPU count,
   relative to 256 GPUs, with the links of its datasheet (below); the measured median over the ten configurations.
 Writes experiments/results/collectives_vs_nccl_tests.json.
+
+    python -m experiments.kernels.collectives --fit
+
+fits what the A100 presets hold as ``links.measured_nccl`` on the Azure table: the share of NVLink's and of the
+NICs' datasheet bandwidth the all-reduce reaches, and the message at which it reaches half of it (a grid, the
+median absolute log error of bus bandwidth over every size >= 1 MiB and GPU count), and prints them.
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import json
 
 import numpy as np
@@ -36,10 +44,40 @@ def bus_bandwidth(hw: HardwareModel, size: float, gpus: int, per_node: int) -> f
     return size / seconds * 2 * (gpus - 1) / gpus / 1e9  # nccl-tests' busbw: algbw x 2(n-1)/n, GB/s
 
 
-def a100() -> dict:
+def _azure() -> pd.DataFrame:
     df = pd.read_csv(OPS / "nccl_tests_echo_azure_a100_allreduce.csv")
-    df = df[(df.size_bytes >= 2**20) & (df.gpus > 1)]
-    hw = HardwareModel(load_hardware("a100-40gb"))
+    return df[(df.size_bytes >= 2**20) & (df.gpus > 1)]
+
+
+def _with_nccl(record: dict, measured: dict | None) -> dict:
+    """The record with ``links.measured_nccl`` replaced (None: none, the datasheet alone)."""
+    links = {k: v for k, v in record["links"].items() if k != "measured_nccl"}
+    return {**record, "links": links | ({"measured_nccl": measured} if measured else {})}
+
+
+def fit() -> dict:
+    df = _azure()
+    record = load_hardware("a100-40gb")
+    best = None
+    grid = itertools.product(
+        np.arange(0.5, 1.01, 0.02), np.arange(0.4, 1.01, 0.02), [0, *(2.0**k for k in range(18, 26))]
+    )
+    for intra, inter, half in grid:
+        hw = HardwareModel(
+            _with_nccl(record, {"intra_node_share": intra, "inter_node_share": inter, "half_bandwidth_bytes": half})
+        )
+        model = np.array([bus_bandwidth(hw, s, g, 8) for s, g in zip(df.size_bytes, df.gpus)])
+        error = float(np.median(np.abs(np.log(model / df.oop_busbw_gbs.to_numpy()))))
+        if best is None or error < best[0]:
+            best = (error, round(float(intra), 2), round(float(inter), 2), half)
+    return {"median_abs_log_error": round(best[0], 4), "intra_node_share": best[1], "inter_node_share": best[2],
+            "half_bandwidth_bytes": int(best[3])}  # fmt: skip
+
+
+def a100(measured: bool = True) -> dict:
+    df = _azure()
+    record = load_hardware("a100-40gb")
+    hw = HardwareModel(record if measured else _with_nccl(record, None))
     df = df.assign(model=[bus_bandwidth(hw, s, g, 8) for s, g in zip(df.size_bytes, df.gpus)])
     df["error"] = df.model / df.oop_busbw_gbs - 1
     per_count = df.groupby("gpus").error.apply(lambda e: float(np.median(np.abs(e)))).round(3).to_dict()
@@ -69,7 +107,13 @@ def gh200() -> dict:
 
 
 def main() -> None:
-    report = {"a100_azure": a100(), "gh200_alps": gh200()}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fit", action="store_true", help="fit the A100 presets' measured_nccl and print it")
+    if parser.parse_args().fit:
+        print(json.dumps(fit()))
+        return
+    datasheet = {k: v for k, v in a100(measured=False).items() if k != "rows"}
+    report = {"a100_azure": a100(), "a100_azure_datasheet_only": datasheet, "gh200_alps": gh200()}
     OUT.write_text(json.dumps(report, indent=1) + "\n")
     a, g = report["a100_azure"], report["gh200_alps"]
     print("A100 median |error| of bus bandwidth:", a["median_abs_error"], a["median_abs_error_by_gpus"])

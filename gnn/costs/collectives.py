@@ -45,9 +45,13 @@ def bus_bandwidth(intra_bw: float, inter_bw: float, per_node: int, nodes: int) -
     return intra_bw if nodes == 1 else min(intra_bw, per_node * inter_bw)
 
 
-def ring_seconds(op: str, message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float) -> float:
+def ring_seconds(
+    op: str, message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float, half_bytes: float = 0.0
+) -> float:
     """An all-reduce, all-gather or reduce-scatter over ``ranks`` ranks, ``per_node`` of them on a node.
-    ``message_bytes`` is the buffer NCCL counts: all-reduce's, reduce-scatter's input, all-gather's output."""
+    ``message_bytes`` is the buffer NCCL counts: all-reduce's, reduce-scatter's input, all-gather's output.
+    ``half_bytes``: the message at which the Simple protocol reaches half its bandwidth, where a preset measured it
+    (Hockney's n_1/2: NCCL opens channels as messages grow), priced as that many bytes more at full bandwidth."""
     nodes = math.ceil(ranks / per_node)
     steps, inter = ring_steps(op, ranks, nodes)
     busbw = bus_bandwidth(intra_bw, inter_bw, per_node, nodes)
@@ -59,13 +63,16 @@ def ring_seconds(op: str, message_bytes: float, ranks: int, per_node: int, intra
             nvl *= LL_MULTI_NODE_STEP
         latency = (BASE_LATENCY_US[proto] + (steps - inter) * nvl + inter * net) * 1e-6
         bw = algbw if proto == "simple" else algbw / (4 if nodes > 1 or op == "all_reduce" else 3)
-        best = min(best, latency + message_bytes / bw)
+        best = min(best, latency + (message_bytes + (half_bytes if proto == "simple" else 0.0)) / bw)
     return best
 
 
-def tree_all_reduce_seconds(message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float) -> float:
+def tree_all_reduce_seconds(
+    message_bytes: float, ranks: int, per_node: int, intra_bw: float, inter_bw: float, half_bytes: float = 0.0
+) -> float:
     """An all-reduce over nodes as NCCL's tree: up and down a chain inside each node and a binary tree across
-    them (tuning.cc's log2i: whole levels); the faster of the Simple and LL protocols."""
+    them (tuning.cc's log2i: whole levels); the faster of the Simple and LL protocols. ``half_bytes``: as a
+    ring's."""
     nodes = math.ceil(ranks / per_node)
     bus = min(TREE_BW_SHARE * bus_bandwidth(intra_bw, inter_bw, per_node, nodes), TREE_MAX_BUS_BW[nodes <= 2])
     best = math.inf
@@ -74,7 +81,7 @@ def tree_all_reduce_seconds(message_bytes: float, ranks: int, per_node: int, int
         nvl *= LL_MULTI_NODE_STEP if proto == "ll" else 1.0
         latency = (TREE_BASE_LATENCY_US[proto] + 2 * ((per_node - 1) * nvl + (nodes.bit_length() - 1) * net)) * 1e-6
         algbw = 0.5 * bus * (TREE_LL_SHARE if proto == "ll" else 1.0)  # tuning.cc: a tree's algorithm bandwidth
-        best = min(best, latency + message_bytes / algbw)
+        best = min(best, latency + (message_bytes + (half_bytes if proto == "simple" else 0.0)) / algbw)
     return best
 
 

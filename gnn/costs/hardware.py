@@ -38,6 +38,11 @@ class HardwareModel:
         links = record.get("links", {})
         self.intra_bw = links.get("intra_node", {}).get("bandwidth_bytes_per_s")
         self.inter_bw = links.get("inter_node", {}).get("bandwidth_bytes_per_s")
+        # what nccl-tests measured on the same hardware, where a preset holds it: the share of each link's datasheet
+        # bandwidth NCCL's collectives reach, and the message at which they reach half of it
+        nccl = links.get("measured_nccl", {})
+        self.link_share = (nccl.get("intra_node_share", 1.0), nccl.get("inter_node_share", 1.0))
+        self.half_bytes = nccl.get("half_bandwidth_bytes", 0.0)
         self.devices_per_node = record.get("devices_per_node", 1 << 30)
         self.blocks = BlockModel(record["blocks"]) if record.get("blocks") else None
         self.kernels = GpuKernels.of(record, self.memory_bandwidth)  # GPU presets: compute kernel by kernel
@@ -86,17 +91,17 @@ class HardwareModel:
             return 0.0
         if self.curves:
             return self._curve_time(op, message_bytes, group)
-        intra = self.intra_bw or 1e10
-        inter = inter_bw or self.inter_bw or self.intra_bw or 1e10
+        intra = (self.intra_bw or 1e10) * self.link_share[0]
+        inter = (inter_bw or self.inter_bw or self.intra_bw or 1e10) * self.link_share[1]
         if op == "send_recv":
             return send_recv_seconds(message_bytes, crosses_node, intra, inter)
         per_node = min(per_node or 1, group) if crosses_node else group
         if op == "all_to_all":
             return all_to_all_seconds(message_bytes, group, per_node, intra, inter, remote_share)
         buffer = message_bytes * group if op == "all_gather" else message_bytes
-        ring = ring_seconds(op, buffer, group, per_node, intra, inter)
+        ring = ring_seconds(op, buffer, group, per_node, intra, inter, self.half_bytes)
         if op == "all_reduce" and group > per_node:  # NCCL's tree, where the faster (gnn.costs.collectives)
-            return min(ring, tree_all_reduce_seconds(buffer, group, per_node, intra, inter))
+            return min(ring, tree_all_reduce_seconds(buffer, group, per_node, intra, inter, self.half_bytes))
         return ring
 
     def _curve_time(self, op: str, message_bytes: float, group: int) -> float:

@@ -42,6 +42,19 @@ def test_across_nodes_a_group_moves_its_data_through_one_nic_per_rank_on_a_node(
     assert H100.comm_time("all_reduce", 1e9, 16, True, 1) == pytest.approx(one)
 
 
+def test_an_a100_prices_what_nccl_tests_measured_on_its_links():
+    """The A100 presets hold what nccl-tests reached on the same links (links.measured_nccl): a share of each
+    link's datasheet bandwidth, and a message at which the Simple protocol reaches half of it."""
+    a100 = load_hardware("a100-80gb")
+    measured, nccl = HardwareModel(a100), a100["links"]["measured_nccl"]
+    steps, share, half = 2 * 7, nccl["intra_node_share"], nccl["half_bandwidth_bytes"]
+    simple = (8.4 + steps * 3.4) * 1e-6 + (1e9 + half) / (300e9 * share * 8 / steps)
+    assert measured.comm_time("all_reduce", 1e9, 8) == pytest.approx(simple)
+    datasheet = HardwareModel(a100 | {"links": {k: v for k, v in a100["links"].items() if k != "measured_nccl"}})
+    assert datasheet.comm_time("all_reduce", 1e9, 8) < measured.comm_time("all_reduce", 1e9, 8)
+    assert "nccl_tests_echo_azure_a100" in nccl["source"]
+
+
 def test_an_all_gather_message_is_one_rank_shard():
     shard = 1e8
     steps = 7
