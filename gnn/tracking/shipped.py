@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -223,7 +224,8 @@ def register_shipped(folder: Path = SHIPPED) -> bool:
     commit = (meta["code"]["trained_at"] or meta["code"]["commit"])[:10]
     print(
         f"registered the shipped champion (trained at {commit} on data {meta['dataset_version']}) as "
-        + (f"models:/{MODEL_NAME}@{CHAMPION} version {mine}" if champion else f"version {mine}, not champion")
+        + (f"models:/{MODEL_NAME}@{CHAMPION} version {mine}" if champion else f"version {mine}, not champion"),
+        file=sys.stderr,  # beside the answer, not in it: `serve predict --json` prints JSON alone
     )
     return True
 

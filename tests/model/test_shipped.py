@@ -90,8 +90,8 @@ def test_a_fresh_store_registers_the_shipped_champion_once(tmp_path):
             timeout=180,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-        lines = done.stdout.strip().splitlines()
-        return json.loads(lines[-1]), lines[:-1]
+        (answer,) = done.stdout.strip().splitlines()  # the answer alone: what it said went to stderr
+        return json.loads(answer), [line for line in done.stderr.splitlines() if line.startswith("registered ")]
 
     first, said = run()
     assert len(said) == 1 and said[0].startswith("registered the shipped champion (trained at ")
