@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from experiments.sources.report import PROBES, source_records
+from experiments.sources.scale_trend import check, verdict
 from gnn.dataset.splits import source_of, source_splits
 from gnn.inference import new_source
 from gnn.inference.predictor import BatchPredictor
@@ -153,3 +154,19 @@ def test_the_slope_prior_is_how_far_sources_drifted_per_doubling():
         rows.loc[one, "pred_time_s"] = np.exp(-slope * np.log2(rows.loc[one, "world_size"]))
     rows = pd.concat([rows, _residual_rows({"c": 0.1})], ignore_index=True)
     assert new_source.fit(rows)["time"]["slope_sd"] == pytest.approx(math.sqrt((0.1**2 + 0.2**2 + 0.0) / 3), rel=0.05)
+
+
+def _runs(levels: dict[int, float], noise: float = 0.05, n: int = 12) -> pd.DataFrame:
+    """A source's residuals: n runs at each level (log2 GPUs) about its median, spread by +-noise."""
+    spread = np.linspace(-noise, noise, n)
+    return pd.DataFrame([{"level": lv, "r": r + s} for lv, r in levels.items() for s in spread])
+
+
+def test_a_trend_carries_where_the_slowdown_keeps_growing_and_not_where_it_levelled_off():
+    growing = [check(_runs({2: 0.0, 3: 0.1, 4: 0.2, 5: 0.3}), level) for level in (4, 5)]
+    assert all(c["error_trend"] < 0.05 < c["error_constant"] for c in growing) and verdict(growing) == "trend"
+    assert growing[1]["slope"] == pytest.approx(0.1) and growing[1]["edge"] == pytest.approx(0.2)
+    levelled = [check(_runs({2: 0.0, 3: 0.1, 4: 0.2, 5: 0.2, 6: 0.2}), level) for level in (5, 6)]
+    assert levelled[0]["error_constant"] < levelled[0]["error_trend"] and verdict(levelled) == "constant"
+    assert check(_runs({3: 0.0, 4: 0.1}), 4) is None  # one level below: no slope
+    assert check(_runs({2: 0.0, 3: 0.1, 4: 0.2}).iloc[:-10], 4) is None  # two runs at the held-out size
