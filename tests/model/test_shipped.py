@@ -28,6 +28,19 @@ def test_the_shipped_champion_reproduces_its_reference_predictions():
     assert_current(SHIPPED)
 
 
+@pytest.mark.parametrize("recipe", sorted((REPO / "experiments" / "requests" / "predict").glob("torchtitan-*.json")))
+def test_torchtitans_published_recipes_are_predicted_to_fit_their_gpus(recipe):
+    """torchtitan's Llama 3.1 70B (256 H100s) and 405B (512 H100s) recipes, which ran on 80 GB GPUs, as the issue
+    that once saw them at 185-274 GiB tried them: FSDP, tp 8 with sequence parallelism, full recompute, FP8."""
+    from serve.api import predict  # lazy: the service's modules load only for the tests that use them
+    from serve.schemas import PredictRequest  # lazy: as above
+
+    response = predict(
+        BatchPredictor.load(SHIPPED / "predictor.pt"), PredictRequest.model_validate_json(recipe.read_text())
+    )
+    assert response.predictions and all(p.fits and p.peak_mem_bytes < 70 * 2**30 for p in response.predictions)
+
+
 def _copy(tmp_path, scale: float):
     shutil.copy(SHIPPED / "predictor.pt", tmp_path / "predictor.pt")
     meta = json.loads((SHIPPED / "champion.json").read_text())
