@@ -22,6 +22,9 @@ class AttentionShape:
     k: int  # keys as the core reads them (GQA: the kv heads; MLA: every head's)
     v: int  # values as the core reads them
     out: int  # the core's output, the output projection's input (every query head's value width)
+    # the tensor the core's values are a view of, which the values it saves keep whole: the values repeated to every
+    # query head (out); MLA's values and unrotated keys come from one up-projection, split, so both (DeepSeek-V3: 2x)
+    value_storage: int
     replicated_params: int  # weights every tensor-parallel rank holds whole (MLA's down-projections and norms)
     split_params: int  # weights tensor parallelism splits by heads
     latent: int  # MLA: the latents a token keeps for backward (q_lora_rank + kv_lora_rank + qk_rope_head_dim)
@@ -48,7 +51,7 @@ def attention_shape(w) -> AttentionShape:
     window = (w.sliding_layers, w.sliding_window or 0)
     if w.kv_lora_rank is None:
         q, kv = h * w.head_size, w.n_kv_heads * w.head_size
-        return AttentionShape(q, kv, kv, q, 0, 2 * d * q + 2 * d * kv, 0, *window)
+        return AttentionShape(q, kv, kv, q, q, 0, 2 * d * q + 2 * d * kv, 0, *window)
     qk = h * (w.qk_nope_head_dim + w.qk_rope_head_dim)
     v = h * w.v_head_dim
     rope, kv_rank, q_rank = w.qk_rope_head_dim, w.kv_lora_rank, w.q_lora_rank
@@ -59,7 +62,8 @@ def attention_shape(w) -> AttentionShape:
         up += q_rank * qk
     else:
         up += d * qk
-    return AttentionShape(qk, qk, v, v, down, up, (q_rank or 0) + kv_rank + rope, *window)
+    storage = h * (w.qk_nope_head_dim + w.v_head_dim)
+    return AttentionShape(qk, qk, v, v, storage, down, up, (q_rank or 0) + kv_rank + rope, *window)
 
 
 def mla_problems(w) -> list[str]:

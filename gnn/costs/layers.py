@@ -81,9 +81,9 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep * plan.expert_tp / t
     mlp_flops, mlp_params, mlp_act, mlp_selective = mlp
     # the fused core's inputs (q, and k and v repeated to every query head, as torchtitan's repeat_kv does: widths
-    # q and out), its output and the output projection's contiguous copy of it; MLA also keeps its latents (the
-    # down-projections' outputs, normed), whole
-    kept = 2 * (2 * a.q + 3 * a.out) / t + 4 * a.latent + _packed_qkv_bytes(a.q, a.k, t, plan)
+    # q and out; the saved v keeps whole the tensor it is a view of, value_storage), its output and the output
+    # projection's contiguous copy of it; MLA also keeps its latents (the down-projections' outputs, normed), whole
+    kept = 2 * (2 * a.q + 2 * a.out + a.value_storage) / t + 4 * a.latent + _packed_qkv_bytes(a.q, a.k, t, plan)
     act = _norm_bytes(d, plan) + kept + mlp_act
     # selective: the projections' outputs (the latents whole), the core's output, the output projection's whole
     selective = 2 * (_input(d, plan) + a.latent + (a.q + a.k + a.v + a.out) / t + d) + mlp_selective
