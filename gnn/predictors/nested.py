@@ -1,12 +1,13 @@
 """How fast error grows outside the training rows, measured inside them: nested leave-a-group-out checks.
 
 Within a split's training rows, each hardware domain's largest scale (world size) and largest model (parameters)
-are held out in turn; the analytical model (gnn.predictors.baselines) is fitted on the rest of the device class's
-rows and scored on the held-out group, whose distance outside the rest's range (gnn.model.intervals.bounds.Limits) is
-known. The growth of the 80th percentile of its log error from inside the range to the held-out group, per
-doubling of distance, is how much an interval widens per doubling (gnn.model.ensemble). The analytical model
-stands in for the network here because it is fitted in milliseconds, so every check is cheap; it is the base the
-network corrects, and its error out of range is the part the correction cannot be trusted to remove.
+are held out in turn; the network's physics base (gnn.predictors.baselines: the analytical model for time, the
+simulator's peak for memory) is fitted on the rest of the device class's rows and scored on the held-out group,
+whose distance outside the rest's range (gnn.model.intervals.bounds.Limits) is known. The growth of the 80th
+percentile of its log error from inside the range to the held-out group, per doubling of distance, is how much an
+interval widens per doubling (gnn.model.ensemble). The base stands in for the network here because it is fitted
+in milliseconds, so every check is cheap; it is what the network corrects, and its error out of range is the part
+the correction cannot be trusted to remove.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from gnn.dataset.rows import has_time
 from gnn.model.intervals.bounds import Limits
-from gnn.predictors.baselines import AnalyticalPredictor
+from gnn.predictors.baselines import AnalyticalPredictor, SimulatorPredictor
 
 TARGET_COLUMNS = ("iter_time_s", "peak_mem_bytes")
 HELD_OUT = ("world_size", "f_log_params")  # the largest scale, the largest model: what a planner extrapolates
@@ -25,13 +26,19 @@ MIN_ROWS = 10  # a group (or what is left to fit on) smaller than this says noth
 COVERAGE = 0.8
 
 
-def widening(rows: pd.DataFrame, limits: Limits, feature_names: list[str]) -> np.ndarray:
+def widening(
+    rows: pd.DataFrame, limits: Limits, feature_names: list[str], scored: pd.Series | None = None
+) -> np.ndarray:
     """[device class][time, memory]: log units of widening per doubling outside the training range (0 where no
-    check could be made, or the error did not grow)."""
+    check could be made, or the error did not grow). ``scored``: the rows whose error growth is measured (held
+    out in groups, and the inside error taken over the rest of them; every row if None), the analytical model
+    being fitted on every other row of their device class: fake traces apart from measured runs."""
     out = np.zeros((2, 2))
     classes = (rows["f_cuda"] > 0.5).astype(int).to_numpy()
+    scored = pd.Series(True, index=rows.index) if scored is None else scored
     for c in (0, 1):
-        checks = [check for check in _checks(rows[classes == c], limits, feature_names) if check is not None]
+        own = rows[classes == c]
+        checks = [check for check in _checks(own, scored.loc[own.index], limits, feature_names) if check is not None]
         for j in (0, 1):
             found = [(e[j], d[j]) for e, d in checks if np.isfinite(e[j]) and d[j] > 0]
             if found:
@@ -40,29 +47,38 @@ def widening(rows: pd.DataFrame, limits: Limits, feature_names: list[str]) -> np
     return out
 
 
-def _checks(rows: pd.DataFrame, limits: Limits, names: list[str]):
-    for domain, group in rows.groupby("domain"):
+def _checks(rows: pd.DataFrame, scored: pd.Series, limits: Limits, names: list[str]):
+    for domain, group in rows[scored].groupby("domain"):
         for column in HELD_OUT:
             held = group[column] >= group[column].max() - 1e-9
             if held.sum() >= MIN_ROWS and (~held).sum() >= MIN_ROWS:
-                yield _check(rows.drop(index=group.index[held]), group[held], limits, names, str(domain))
+                fit = rows.drop(index=group.index[held])
+                yield _check(fit, scored.loc[fit.index], group[held], limits, names, str(domain))
 
 
-def _check(fit: pd.DataFrame, held: pd.DataFrame, limits: Limits, names: list[str], domain: str):
-    """(growth of the 80% log error per target from inside the fit to the held-out group, the held-out rows' median
-    distance per target), or None where the group lies inside the rest's range."""
+def _check(fit: pd.DataFrame, scored: pd.Series, held: pd.DataFrame, limits: Limits, names: list[str], domain: str):
+    """(growth of the 80% log error per target from inside the fit (its ``scored`` rows) to the held-out group, the
+    held-out rows' median distance per target), or None where the group lies inside the rest's range."""
     inner = Limits(names)
     inner.fit_ranges(_columns(fit, inner, names), fit["domain"].astype(str).tolist(), measured(fit))
     distance = np.median(inner.distance(_columns(held, inner, names), [domain] * len(held)), axis=0)
     if (distance <= 0).all():
         return None
-    model = AnalyticalPredictor().fit(fit)
-    inside, outside = model.predict(fit), model.predict(held)
+    inside, outside = (_bases(fit, rows) for rows in (fit[scored], held))
     excess = [
-        _quantile(outside[p], held[t]) - _quantile(inside[p], fit[t])
+        _quantile(outside[p], held[t]) - _quantile(inside[p], fit.loc[scored, t])
         for p, t in (("pred_time_s", "iter_time_s"), ("pred_mem_bytes", "peak_mem_bytes"))
     ]
     return np.array(excess), distance
+
+
+def _bases(fit: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` predicted by the network's physics base per target, fitted on ``fit``: the analytical model's time,
+    the simulator's peak (scaled, with an offset) for memory."""
+    time = AnalyticalPredictor().fit(fit).predict(rows)["pred_time_s"]
+    return pd.DataFrame(
+        {"pred_time_s": time, "pred_mem_bytes": SimulatorPredictor().fit(fit).predict(rows)["pred_mem_bytes"]}
+    )
 
 
 def measured(rows: pd.DataFrame) -> np.ndarray:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from gnn.dataset.features import NODE_FEATURES, PHYSICS_NODE_FEATURES
 from gnn.dataset.graphs import PlanGraphs
-from gnn.dataset.splits import scored_domain
+from gnn.dataset.splits import is_fake, scored_domain
 from gnn.inference.predictor import BatchPredictor
 from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
@@ -182,7 +182,9 @@ def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
         train["domain"].astype(str).tolist(),
         measured(train),
     )
-    limits.widen.copy_(torch.tensor(widening(train, limits, names), dtype=torch.float32))
+    # how a measured run's error grows out of range: a user's plan is a question about a GPU, not about a trace
+    measured_runs = ~is_fake(train)
+    limits.widen.copy_(torch.tensor(widening(train, limits, names, measured_runs), dtype=torch.float32))
     ensemble.machine_shift.copy_(torch.from_numpy(shift_prior(train)))
     val = ds.meta.loc[parts["val"]]
     ensemble.calibrate(

@@ -121,6 +121,15 @@ def test_nested_checks_measure_error_growth_beyond_the_largest_scale(vtrain_data
     assert out[0].sum() == 0  # no CPU rows: nothing measured, nothing widened
 
 
+def test_nested_checks_score_only_the_rows_asked_for(vtrain_dataset):
+    from gnn.predictors.nested import widening
+
+    names, meta = _names(vtrain_dataset), vtrain_dataset.meta
+    everyone = widening(meta, Limits(names), names)
+    assert (widening(meta, Limits(names), names, pd.Series(True, index=meta.index)) == everyone).all()
+    assert (widening(meta, Limits(names), names, pd.Series(False, index=meta.index)) == 0).all()  # nothing scored
+
+
 def test_beyond_a_range_where_the_correction_did_not_carry_the_point_is_the_physics(
     vtrain_dataset, small_parts, ensemble
 ):
