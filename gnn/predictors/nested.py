@@ -31,8 +31,8 @@ def widening(
 ) -> np.ndarray:
     """[device class][time, memory]: log units of widening per doubling outside the training range (0 where no
     check could be made, or the error did not grow). ``scored``: the rows whose error growth is measured (held
-    out in groups, and the inside error taken over the rest of them; every row if None), the analytical model
-    being fitted on every other row of their device class: fake traces apart from measured runs."""
+    out in groups, and the inside error taken over the rest of them; every row if None), the physics base being
+    fitted on every other row of their device class: fake traces apart from measured runs."""
     out = np.zeros((2, 2))
     classes = (rows["f_cuda"] > 0.5).astype(int).to_numpy()
     scored = pd.Series(True, index=rows.index) if scored is None else scored
@@ -64,7 +64,8 @@ def _check(fit: pd.DataFrame, scored: pd.Series, held: pd.DataFrame, limits: Lim
     distance = np.median(inner.distance(_columns(held, inner, names), [domain] * len(held)), axis=0)
     if (distance <= 0).all():
         return None
-    inside, outside = (_bases(fit, rows) for rows in (fit[scored], held))
+    bases = AnalyticalPredictor().fit(fit), SimulatorPredictor().fit(fit)
+    inside, outside = (_predict(bases, rows) for rows in (fit[scored], held))
     excess = [
         _quantile(outside[p], held[t]) - _quantile(inside[p], fit.loc[scored, t])
         for p, t in (("pred_time_s", "iter_time_s"), ("pred_mem_bytes", "peak_mem_bytes"))
@@ -72,13 +73,11 @@ def _check(fit: pd.DataFrame, scored: pd.Series, held: pd.DataFrame, limits: Lim
     return np.array(excess), distance
 
 
-def _bases(fit: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` predicted by the network's physics base per target, fitted on ``fit``: the analytical model's time,
-    the simulator's peak (scaled, with an offset) for memory."""
-    time = AnalyticalPredictor().fit(fit).predict(rows)["pred_time_s"]
-    return pd.DataFrame(
-        {"pred_time_s": time, "pred_mem_bytes": SimulatorPredictor().fit(fit).predict(rows)["pred_mem_bytes"]}
-    )
+def _predict(bases: tuple, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` predicted by the network's physics base per target (``bases``: fitted predictors of
+    gnn.predictors.baselines): the analytical model's time, the simulator's peak (scaled, with an offset) for memory."""
+    time, memory = (base.predict(rows)[column] for base, column in zip(bases, ("pred_time_s", "pred_mem_bytes")))
+    return pd.DataFrame({"pred_time_s": time, "pred_mem_bytes": memory})
 
 
 def measured(rows: pd.DataFrame) -> np.ndarray:
