@@ -3,7 +3,7 @@
     python -m experiments.sources.scale_trend
 
 Nested checks, per GPU source and for each of its three largest world sizes N: the fitted analytical time model
-(gnn.model.physics_base, the base the network corrects and the stand-in gnn.predictors.nested uses for it) is
+(gnn.model.physics_base, the base the network corrects; gnn.predictors.nested checks with the same terms) is
 fitted on every other source's timed runs and this source's runs of at most N/2 GPUs, and each of the source's
 runs gets its residual log(measured / base). The correction at the edge is the median residual at the largest
 world size fitted on; the trend is a line through the median residuals of the top TREND_LEVELS world sizes fitted
