@@ -42,7 +42,7 @@ MAX_TOKENS = 2**24  # sequence length and vocabulary
 MAX_BATCH = 2**30  # samples
 MAX_EXPERTS = 65_536
 # Fields that came after the GPT family's data was collected (collect.schema.checks keeps its run ids stable)
-LATER_FIELDS = (*_LLAMA_FIELDS, *_MOE_FIELDS, "expert_imbalance", "float8")
+LATER_FIELDS = (*_LLAMA_FIELDS, *_MOE_FIELDS, "expert_imbalance", "float8", "force_balanced_routing")
 
 
 class Workload(Strict):
@@ -104,6 +104,9 @@ class Workload(Strict):
     """moe: after the dense ones, every moe_every-th layer is MoE (1: all; 2: every other)."""
     expert_imbalance: float = Field(default=1.0, ge=1.0, le=MAX_EXPERTS)
     """moe: tokens of the busiest expert-parallel rank over the mean (1.0: routing perfectly even)."""
+    force_balanced_routing: bool = False
+    """moe: every expert gets the same number of token slots whatever the router scores (Megatron's
+    --moe-router-force-load-balancing, a benchmark's setting): the run's token counts do not depend on its data."""
     float8: Float8 = "none"
     """FP8 or FP4 GEMMs, bfloat16 elsewhere: tensorwise or rowwise scaled FP8 (torchao's float8, Transformer
     Engine's current scaling), or block-scaled: mxfp8 (OCP MX: 32-element blocks, E8M0 scales) and nvfp4 (FP4 E2M1
@@ -221,7 +224,8 @@ class Workload(Strict):
 def _family_problems(w: Workload) -> list[str]:
     problems = []
     foreign = [f for f in _LLAMA_FIELDS if w.family == "gpt" and _is_set(w, f)]
-    foreign += [f for f in _MOE_FIELDS + ("expert_imbalance",) if w.family != "moe" and _is_set(w, f)]
+    routing = ("expert_imbalance", "force_balanced_routing")
+    foreign += [f for f in _MOE_FIELDS + routing if w.family != "moe" and _is_set(w, f)]
     problems += [f"workload.{f} is not a field of family {w.family!r}" for f in foreign]
     if w.family != "gpt":
         problems += mla_problems(w) + window_problems(w)
@@ -255,6 +259,11 @@ def _moe_problems(w: Workload) -> list[str]:
     if missing:
         return [f"workload.{f} is required for family 'moe'" for f in missing]
     problems = []
+    if w.force_balanced_routing and w.expert_imbalance != 1.0:
+        problems.append(
+            f"workload.expert_imbalance ({w.expert_imbalance}) must be 1.0 with workload.force_balanced_routing: "
+            "every expert gets the same tokens"
+        )
     if w.top_k > w.experts:
         problems.append(f"workload.top_k ({w.top_k}) must be at most workload.experts ({w.experts})")
     if w.moe_layers == 0:

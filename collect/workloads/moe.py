@@ -1,8 +1,11 @@
 """A mixture-of-experts MLP without token dropping, with expert parallelism through all-to-all.
 
 A linear router scores the experts, each token goes to its top_k (weights from the softmax, as Mixtral's router
-without renormalising), and the shared experts take every token. Tokens are sorted by expert so each expert runs
-one matmul chain over its tokens (torchtitan's GroupedExperts, looped rather than grouped: CPU has no grouped GEMM).
+without renormalising), and the shared experts take every token. Under ``force_balanced_routing`` the token slots go
+to the experts in turn instead, weighted by the router's scores for them: every expert gets the same number, as
+Megatron's forced load balancing gives benchmarks, so a run's memory does not depend on what its router learned.
+Tokens are sorted by expert so each expert runs one matmul chain over its tokens (torchtitan's GroupedExperts,
+looped rather than grouped: CPU has no grouped GEMM).
 
 Under expert parallelism (``shard_experts``) a rank holds experts / ep of them: the sorted tokens go to the ranks
 that own their experts by one all-to-all (dispatch), come back by another (combine), as torchtitan's
@@ -31,8 +34,12 @@ class GroupedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(experts, hidden, ffn_hidden, dtype=dtype))
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        # unbind, not w1[e]: each expert's weight gradient lands in its own slot and one stack makes the whole, as
+        # a grouped GEMM's one gradient; indexing sums E full-size select_backward buffers, in place or not as the
+        # tensors' reference counts allow, which a fake trace's dispatch mode changes (one expert's weights apart)
+        w1, w2, w3 = self.w1.unbind(0), self.w2.unbind(0), self.w3.unbind(0)
         chunks = torch.split(x, counts)
-        return torch.cat([(F.silu(c @ self.w1[e]) * (c @ self.w3[e])) @ self.w2[e] for e, c in enumerate(chunks)])
+        return torch.cat([(F.silu(c @ w1[e]) * (c @ w3[e])) @ w2[e] for e, c in enumerate(chunks)])
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -60,7 +67,7 @@ class SharedExperts(nn.Module):
 class MoE(nn.Module):
     def __init__(self, w: Workload):
         super().__init__()
-        self.top_k, self.num_experts = w.top_k, w.experts
+        self.top_k, self.num_experts, self.force_balanced = w.top_k, w.experts, w.force_balanced_routing
         self.hidden, self.expert_ffn = w.hidden, w.expert_ffn_hidden
         self.router = nn.Linear(w.hidden, w.experts, bias=False)
         self.experts = GroupedExperts(w.experts, w.hidden, w.expert_ffn_hidden)
@@ -79,7 +86,12 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        weights, chosen = self.router(x).softmax(dim=-1).topk(self.top_k, dim=-1)
+        scores = self.router(x).softmax(dim=-1)
+        if self.force_balanced:
+            chosen = balanced_choice(x.shape[0], self.top_k, self.num_experts, x.device)
+            weights = scores.gather(-1, chosen)
+        else:
+            weights, chosen = scores.topk(self.top_k, dim=-1)
         order = chosen.flatten().argsort(stable=True)  # token slots sorted by expert
         counts = expert_counts(chosen, self.num_experts)
         out = self._run_experts(x[order // self.top_k], counts)[order.argsort()]
@@ -101,6 +113,12 @@ class MoE(nn.Module):
         self.experts.init_weights()
         if self.shared is not None:
             self.shared.init_weights()
+
+
+def balanced_choice(tokens: int, top_k: int, experts: int, device: torch.device) -> torch.Tensor:
+    """[tokens, top_k] experts dealt in turn: slot s of the flattened choice takes expert s % experts, so a token's
+    top_k are distinct and every expert gets the same number of slots, the first (slots % experts) one more."""
+    return (torch.arange(tokens * top_k, device=device) % experts).view(tokens, top_k)
 
 
 # The two steps of routing whose sizes depend on the router's data: a trace under fake tensors, which has none,

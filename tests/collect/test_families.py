@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from collect import REPO
 from collect.schema import Cluster, Plan, RunSpec, Workload, collect_problems
 from collect.workloads.llama import LatentAttention, Llama, _rotate
+from collect.workloads.moe import balanced_choice
 
 BATCH = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8}
 LLAMA3_8B = dict(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256)
@@ -77,11 +78,24 @@ def test_tied_embeddings_and_dense_leading_layers_change_the_count():
         ({**LLAMA3_8B, "experts": 8}, "workload.experts is not a field of family 'llama'"),
         ({**LLAMA3_8B, "family": "gpt"}, "workload.kv_heads is not a field of family 'gpt'"),
         ({**LLAMA3_8B, "float8": "rowwise"}, "set dtype 'bfloat16'"),
+        ({**LLAMA3_8B, "force_balanced_routing": True}, "workload.force_balanced_routing is not a field of family"),
+        (
+            {**MIXTRAL_8X7B, "force_balanced_routing": True, "expert_imbalance": 1.5},
+            "workload.expert_imbalance (1.5) must be 1.0 with workload.force_balanced_routing",
+        ),
     ],
 )
 def test_family_fields_are_checked_by_name(fields, expected):
     with pytest.raises(ValidationError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         Workload(**fields, **BATCH)
+
+
+def test_forced_balanced_routing_deals_every_expert_the_same_slots():
+    """Megatron's forced load balancing, as the collector runs it: a token's experts are distinct, and 7 tokens of
+    top 2 over 4 experts give each 14 // 4 = 3 slots, the first 14 % 4 = 2 experts one more."""
+    chosen = balanced_choice(7, 2, 4, torch.device("cpu"))
+    assert chosen.shape == (7, 2) and (chosen[:, 0] != chosen[:, 1]).all()
+    assert torch.bincount(chosen.flatten(), minlength=4).tolist() == [4, 4, 3, 3]
 
 
 def _spec_problems(workload: dict, plan: dict, world: int, device: str = "cuda") -> str:
