@@ -1,18 +1,19 @@
 """The fake-tensor tracer (collect.fake) against the counting allocator: real CPU peaks of the same plans.
 
-    python -m experiments.memory.fake [--plans 240] [--workers 2] [--remeasure]
+    python -m experiments.memory.fake [--plans 240] [--workers 2] [--remeasure [--repeats 3]]
 
 Draws plans from the CPU rows whose peak the counting allocator measured (data/runs), spread over every family,
 sharding, recompute and layout the collector ran (a seeded draw, at most --plans, the same per stratum), traces
 each pipeline rank's first rank under fake tensors in a process of its own, and sets the traced peak beside the
-measured one of that rank. A mixture of experts is traced with every expert routed the same number of tokens,
-where the real router's counts follow its data, and CPU collectives on gloo make copies a fake group does not:
-both show in the errors by family and by sharding. Resumable: each traced plan is appended to
-experiments/results/fake_vs_real.jsonl as it ends; the summary is experiments/results/fake_vs_real.json.
-``--remeasure``: each plan is measured again by the collector on this code (experiments/results/fake_vs_rerun.jsonl,
-resumable too), and the summary's ``same_code`` compares the traces with those peaks: a row collected before the
-model code last changed holds what that code kept. Both journals key each line on the code that made it (CODE): a
-trace or measurement of other code is made again.
+measured one of that rank. A trace routes every expert the same number of tokens, where a real router's counts
+follow its data: a mixture of experts is traced and measured again with forced balanced routing
+(workload.force_balanced_routing), so both run the same counts; its stored row routed as it learned. Resumable:
+each traced plan is appended to experiments/results/fake_vs_real.jsonl as it ends; the summary is
+experiments/results/fake_vs_real.json.
+``--remeasure``: each plan is measured again by the collector on this code, ``--repeats`` times
+(experiments/results/fake_vs_rerun.jsonl, resumable too), and the summary's ``same_code`` compares the traces with
+each rank's median of them: a row collected before the model code last changed holds what that code kept. Both
+journals key each line on the code that made it (CODE): a trace or measurement of other code is made again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import subprocess
 import sys
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from tqdm import tqdm
 from collect import REPO
 from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
+from collect.schema import RunSpec
 from collect.store import ResultStore
 from gnn.dataset.rows import row_to_spec
 from gnn.dataset.sources import code_key
@@ -61,9 +64,17 @@ def drawn(rows: pd.DataFrame, plans: int, seed: int = 0) -> pd.DataFrame:
     return pd.concat([picked, extra]).head(plans)
 
 
+def compared(row: pd.Series) -> RunSpec:
+    """The row's plan as traced and measured again: a mixture of experts with its routing forced even."""
+    spec, _, _ = row_to_spec(row)
+    if spec.workload.family != "moe":
+        return spec
+    return spec.model_copy(update={"workload": spec.workload.model_copy(update={"force_balanced_routing": True})})
+
+
 def traced(row: pd.Series) -> dict:
     """Each pipeline rank's first rank traced, beside what that rank measured."""
-    spec, _, _ = row_to_spec(row)
+    spec = compared(row)
     measured = list(row["peak_mem_bytes_per_rank"])
     stride = len(measured) // int(row["pp"])
     out = {"run_id": row["run_id"], "code": CODE, **{k: _plain(row[k]) for k in STRATA}, "ranks": []}
@@ -90,12 +101,28 @@ def remeasured(rows: list[pd.Series], journal) -> dict[str, list[int]]:
         for world, group in sorted(by_world.items()):
             with LocalPool(world, settings) as pool:
                 for row in group:
-                    result = pool.run(row_to_spec(row)[0])
+                    result = pool.run(compared(row))
                     out[row["run_id"]] = [int(b) for b in result.peak_mem_bytes_per_rank or []]
                     journal.write(json.dumps([row["run_id"], out[row["run_id"]], CODE]) + "\n")
                     journal.flush()
                     bar.update()
     return out
+
+
+def measured_again(done: list[dict], plans: int, repeats: int) -> dict[str, list[list[int]]]:
+    """Each traced plan's per-rank peaks measured ``repeats`` times on this code (resumable: the journal's lines of
+    this code count). FSDP's peak over gloo moves with its threads' timing (5% between two runs of one plan seen)."""
+    rerun, again = RESULTS / "fake_vs_rerun.jsonl", defaultdict(list)
+    for run_id, peaks, *code in _journal(rerun):
+        if code == [CODE]:
+            again[run_id].append(peaks)
+    rows = {r["run_id"]: r for _, r in drawn(measured_rows(), plans).iterrows()}
+    with open(rerun, "a") as journal:
+        for n in range(1, repeats + 1):
+            todo = [rows[r["run_id"]] for r in done if r["run_id"] in rows and len(again[r["run_id"]]) < n]
+            for run_id, peaks in remeasured(todo, journal).items():
+                again[run_id].append(peaks)
+    return again
 
 
 def _journal(path: Path) -> list:
@@ -141,6 +168,7 @@ def main() -> None:
     parser.add_argument("--plans", type=int, default=240)
     parser.add_argument("--workers", type=int, default=2, help="plans traced at once (a process each)")
     parser.add_argument("--remeasure", action="store_true", help="measure each plan again on this code, beside")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements per plan: each rank's median is compared")
     args = parser.parse_args()
     journal = RESULTS / "fake_vs_real.jsonl"
     done = [r for r in _journal(journal) if r.get("code") == CODE]
@@ -152,16 +180,11 @@ def main() -> None:
             out.flush()
             done.append(result)
     if args.remeasure:
-        rerun = RESULTS / "fake_vs_rerun.jsonl"
-        again = {r[0]: r[1] for r in _journal(rerun) if r[2:] == [CODE]}
-        rows = {r["run_id"]: r for _, r in drawn(measured_rows(), args.plans).iterrows()}
-        todo = [rows[r["run_id"]] for r in done if r["run_id"] in rows and r["run_id"] not in again]
-        with open(rerun, "a") as journal:
-            again |= remeasured(todo, journal)
+        again = measured_again(done, args.plans, args.repeats)
         for r in done:
             for x in r["ranks"]:
-                peaks = again.get(r["run_id"], [])
-                x["remeasured"] = peaks[x["rank"]] if x["rank"] < len(peaks) else None
+                peaks = [m[x["rank"]] for m in again.get(r["run_id"], []) if x["rank"] < len(m)]
+                x["remeasured"] = int(np.median(peaks)) if peaks else None
     report = summary(done)
     if args.remeasure:
         report["same_code"] = summary(done, "remeasured")
