@@ -111,7 +111,7 @@ def remeasured(rows: list[pd.Series], journal) -> dict[str, list[int]]:
 
 def measured_again(done: list[dict], plans: int, repeats: int) -> dict[str, list[list[int]]]:
     """Each traced plan's per-rank peaks measured ``repeats`` times on this code (resumable: the journal's lines of
-    this code count). FSDP's peak over gloo moves with its threads' timing (5% between two runs of one plan seen)."""
+    this code count). FSDP's peak over gloo moves with its threads' timing (6.6% over three runs of one plan)."""
     rerun, again = RESULTS / "fake_vs_rerun.jsonl", defaultdict(list)
     for run_id, peaks, *code in _journal(rerun):
         if code == [CODE]:
