@@ -7,11 +7,13 @@ input gradient g (m, n) @ w and the weight gradient g^T @ x. The rest by autogra
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from collect.kernels.grid import Grid
 from collect.kernels.timer import seconds_per_call
@@ -104,21 +106,25 @@ def grouped_gemm(grid: Grid, device, dtype) -> Iterator[list]:
         ]
 
 
-def attention(grid: Grid, device, dtype) -> Iterator[list]:
-    """Causal scaled-dot-product attention at batch 1, on the backend torch picks (flash on a Hopper GPU)."""
+# attention kernels by the name a table files them under: torch's own choice, or one backend forced. torch's flash
+# backend is FlashAttention-2's code (what Nanotron calls through flash_attn); cuDNN's fused attention is what
+# Transformer Engine runs on Hopper (Megatron, NeMo)
+ATTENTION_BACKENDS = {"sdpa": None, "flash2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def attention(grid: Grid, device, dtype, kernel: str = "sdpa") -> Iterator[list]:
+    """Causal scaled-dot-product attention at batch 1 on ``kernel``'s backend (sdpa: the one torch picks)."""
+    backend = ATTENTION_BACKENDS[kernel]
     for s, h, hd in itertools.product(grid.attention_seq, grid.attention_heads, grid.head_dims):
         if h * s * hd > grid.max_elements:
             continue
-        q, k, v = (_randn(1, h, s, hd, device=device, dtype=dtype, grad=True) for _ in range(3))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        grad = torch.randn_like(out)
-        yield [
-            s,
-            h,
-            hd,
-            seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device),
-            seconds_per_call(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True), device),
-        ]
+        with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():  # not held across a yield
+            q, k, v = (_randn(1, h, s, hd, device=device, dtype=dtype, grad=True) for _ in range(3))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            grad = torch.randn_like(out)
+            forward = seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
+            backward = seconds_per_call(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True), device)
+        yield [s, h, hd, forward, backward]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
