@@ -73,7 +73,9 @@ class KernelTable:
         self.id, self.source = record["id"], record["source"]
         cols = record["columns"]
         self.gemm = {fmt: self._gemm(rows, cols["gemm"]) for fmt, rows in record.get("gemm", {}).items() if rows}
-        self.attention = self._attention(record.get("attention", {}).get("sdpa", []), cols["attention"])
+        # by kernel (collect.kernels.ops.ATTENTION_BACKENDS): sdpa, flash2, cudnn
+        attention = {k: self._attention(rows, cols["attention"]) for k, rows in record.get("attention", {}).items()}
+        self.attention = {k: grids for k, grids in attention.items() if grids}
         self.elementwise = self._elementwise(record.get("elementwise", {}).get("bfloat16", []), cols["elementwise"])
         opt = [r for r in record.get("optimizer", {}).get("adamw", []) if r[0] == OPTIMIZER_IMPL]
         self.optimizer = LogGrid({(r[1],): np.log(r[3] / r[1]) for r in opt}) if opt else None
@@ -122,8 +124,17 @@ class KernelTable:
             return flops / np.exp(forward(m, k, n))
         return flops / np.exp(dgrad(m, k, n)) + flops / np.exp(wgrad(m, k, n))
 
-    def attention_seconds(self, causal_flops: float, seq: float, heads: float, head_dim: float, backward: bool):
-        return causal_flops * float(np.exp(self.attention[int(backward)](seq, heads, head_dim)))
+    def attention_seconds(
+        self, causal_flops: float, seq: float, heads: float, head_dim: float, backward: bool, kernel: str = "sdpa"
+    ) -> float:
+        return causal_flops * float(np.exp(self.attention[kernel][int(backward)](seq, heads, head_dim)))
+
+    def attention_ratio(self, kernel: str, seq: float, heads: float, head_dim: float, backward: bool) -> float | None:
+        """How much longer ``kernel`` runs than torch's own choice (sdpa) at a shape, where both were timed."""
+        if kernel not in self.attention or "sdpa" not in self.attention:
+            return None
+        shape, b = (seq, heads, head_dim), int(backward)
+        return float(np.exp(self.attention[kernel][b](*shape) - self.attention["sdpa"][b](*shape)))
 
     def elementwise_seconds(self, op: str, elements: float, backward: bool) -> float:
         grid = self.elementwise[op][int(backward)]

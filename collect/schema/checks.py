@@ -21,8 +21,8 @@ from collect.schema.workload import LATER_FIELDS, Workload
 # Fields added after data was collected: left out of a run id at their defaults, so every earlier id still holds.
 # the plan's conventions the collector does not run: a plan with any of them is predicted, not measured
 PREDICTED_ONLY = (
-    "sequence_parallel_regather fp32_master_weights fp32_grads float8_params attention_keeps_packed_qkv "
-    "tp_layer_latency grad_reduce_overlap param_gather_overlap tp_comm_overlap"
+    "sequence_parallel_regather fp32_master_weights fp32_grads grad_accumulation_pass float8_params "
+    "attention_keeps_packed_qkv tp_layer_latency grad_reduce_overlap param_gather_overlap tp_comm_overlap"
 ).split()
 _LATER_FIELDS = {
     "workload": {k: Workload.model_fields[k].default for k in LATER_FIELDS},
@@ -266,6 +266,7 @@ def _collect_plan_problems(w: Workload, p: Plan) -> list[str]:
     kept += ["plan.pipeline_holds_buffers false"] if p.pp_enabled and not p.pipeline_holds_buffers else []
     kept += ["plan.pipeline_split 'weights'"] if p.pp_enabled and p.pipeline_split == "weights" else []
     kept += ["plan.attention 'eager'"] if p.attention == "eager" else []
+    kept += [f"plan.attention_kernel {p.attention_kernel!r}"] if p.attention_kernel != "sdpa" else []
     kept += ["plan.moe_dispatcher 'hybrid'"] if p.moe_dispatcher == "hybrid" else []
     kept += [f"plan.optimizer_state_dtype {p.optimizer_state_dtype!r}"] if p.optimizer_state_dtype else []
     if kept:

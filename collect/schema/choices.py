@@ -17,6 +17,7 @@ Framework = Literal["torch", "megatron", "nemo", "nanotron", "torchtitan"]
 PipelineSplit = Literal["layers", "weights"]
 MoeDispatcher = Literal["alltoall", "hybrid"]
 Attention = Literal["flash", "eager"]
+AttentionKernel = Literal["sdpa", "flash2", "cudnn"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
@@ -47,10 +48,12 @@ CONVENTIONS = (
     "sequence_parallel_regather",
     "fp32_master_weights",
     "fp32_grads",
+    "grad_accumulation_pass",
     "float8_params",
     "pipeline_split",
     "attention",
     "attention_keeps_packed_qkv",
+    "attention_kernel",
     "tp_layer_latency",
     "grad_reduce_overlap",
     "param_gather_overlap",
@@ -72,9 +75,11 @@ CONVENTION_TABLE: dict[str, tuple[tuple[str, ...], tuple]] = {
     "sequence_parallel_regather": (("sp",),       (False,   False,     True,     True,     True)),
     "fp32_master_weights":        (("half",),     (False,   True,      True,     True,     True)),
     "fp32_grads":                 (("half",),     (False,   True,      True,     True,     True)),
+    "grad_accumulation_pass":     (("half",),     (False,   False,     False,    False,    True)),
     "float8_params":              (("half", "fp8"), (False, False,     True,     True,     False)),
     "pipeline_split":             ((),            ("layers", "layers", "layers", "layers", "weights")),
     "attention_keeps_packed_qkv": ((),            (False,   False,     False,    False,    True)),
+    "attention_kernel":           ((),            ("sdpa",  "sdpa",    "cudnn",  "cudnn",  "flash2")),
     "tp_layer_latency":           ((),            (False,   False,     False,    False,    True)),
     "grad_reduce_overlap":        ((),            (False,   False,     True,     True,     False)),
     "param_gather_overlap":       ((),            (False,   False,     True,     True,     False)),
@@ -97,9 +102,11 @@ def framework_conventions(
     recipes. NeMo (and Megatron-Bridge) run Megatron and overlap tensor parallelism's collectives with the GEMMs
     where sequence parallelism runs (tp_comm_overlap). Nanotron: the same as Megatron without the overlaps, and
     alone it splits a pipeline by weights, keeps multi-head attention's packed q, k and v whole, and waits a
-    latency per layer that grows with tp (measured in the Ultra-Scale Playbook's runs). torchtitan: loss
-    parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence parallelism,
-    FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Every framework runs fused
+    latency per layer that grows with tp (measured in the Ultra-Scale Playbook's runs), and runs FlashAttention-2
+    (flash_attn_varlen_func) where Megatron and NeMo run Transformer Engine's cuDNN fused attention, and adds each
+    micro-batch's gradients into its fp32 buffers in a pass of its own (FP32GradientAccumulator.backward).
+    torchtitan: loss parallelism (on unless disabled, with tp), torch's pipeline schedule and DTensor's sequence
+    parallelism, FSDP2's mixed precision (fp32 sharded parameters, fp32 gradient reduction). Every framework runs fused
     attention (plan.attention, the default)."""
     column = TABLE_FRAMEWORKS.index(framework)
     holds = {

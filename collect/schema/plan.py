@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 from collect.schema.choices import (
     CONVENTIONS,
     Attention,
+    AttentionKernel,
     MoeDispatcher,
     OptimizerStateDType,
     PipelineSchedule,
@@ -93,6 +94,11 @@ class Plan(Strict):
     """With a 2-byte dtype: gradients accumulate and are reduced in fp32 buffers, whole on every data rank unless
     FSDP shards them (Megatron's main_grad with bf16, Nanotron's accumulate_grad_in_fp32, FSDP's fp32
     reduce_dtype). False: gradients are kept and reduced in the weights' dtype (the collector's)."""
+    grad_accumulation_pass: bool = False
+    """With fp32_grads: after each micro-batch's backward, its gradients (written in the weights' dtype) are added
+    into the fp32 buffers in a pass of their own, every weight read twice and written once (Nanotron's
+    FP32GradientAccumulator: an add_ per parameter). False: accumulated where they are computed (Megatron's
+    gradient_accumulation_fusion: the weight-gradient GEMM adds into main_grad), or not in another dtype."""
     float8_params: bool = False
     """With workload.float8 and fp32 master weights: the weights are held quantised only (Megatron's fp8_param_gather,
     on in Megatron-Bridge's FP8 and MXFP8 recipes: training/mixed_precision.py at 067f987d). False: a 2-byte weight
@@ -112,6 +118,10 @@ class Plan(Strict):
     q, k and v are rearranged into after their projection, so that copy stays whole beside k and v's own copy: k
     and v are kept twice (Nanotron's CausalSelfAttention, which rotates q in place in that copy and copies k and v
     out for the rotary). False: q, k and v are kept once each (the collector's, torchtitan's)."""
+    attention_kernel: AttentionKernel = "sdpa"
+    """Which fused kernel runs a flash attention core (time only; the same memory): sdpa, the one torch's
+    scaled_dot_product_attention picks (the collector's, torchtitan's); flash2, FlashAttention-2 (Nanotron's);
+    cudnn, cuDNN's fused attention (Transformer Engine's on Hopper: Megatron's, NeMo's)."""
     tp_layer_latency: bool = False
     """With tp: every layer of every micro-batch waits a latency that grows with tp - 1, far longer under pipeline
     parallelism, whatever the model's size or the micro-batch's. Measured, with no mechanism known, in the

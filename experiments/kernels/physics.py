@@ -1,10 +1,12 @@
-"""The physics alone (the simulator fitted to nothing) on the H100's measured runs, priced from the datasheet and
-from the kernel table measured on an H100 (data/hardware/kernels/), side by side.
+"""The physics alone (the simulator fitted to nothing) on measured runs of the GPUs whose kernel tables were measured
+(data/hardware/kernels/), priced from the datasheet and from the table of the GPU's preset, side by side.
 
-    python -m experiments.kernels.physics [--table h100-sxm-20261127] [--multi-node 200]
+    python -m experiments.kernels.physics [--multi-node 200]
 
-Rows: the Ultra-Scale Playbook's finished runs on one node (compute and NVLink only) and a seeded sample of its
-multi-node runs, and NVIDIA's published H100 runs (data/runs/published-h100). Writes
+Rows, on the H100 (h100-80gb): the Ultra-Scale Playbook's finished runs on one node (compute and NVLink only) and a
+seeded sample of its multi-node runs, and NVIDIA's published H100 runs (data/runs/published-h100). On the H200
+(h200-141gb): the collector's own runs there (gpu-h200-playbook-v1: the Playbook's shapes at tp 1, measured the
+evening its table was; gpu-h200-v1 and the probe: models of 0.1B to 1.2B, steps of 10 to 200 ms). Writes
 experiments/results/kernels_physics.json: per group and pricing, MAPE, median APE and bias (the geometric mean of
 predicted over measured), and every published row.
 """
@@ -26,14 +28,15 @@ from gnn.dataset.rows import measured_pp_rank, row_to_spec
 
 RUNS = REPO / "data" / "runs"
 OUT = REPO / "experiments" / "results" / "kernels_physics.json"
-PRESET = "h100-80gb"
+PRESETS = {"playbook_one_node": "h100-80gb", "playbook_multi_node_sample": "h100-80gb", "published_h100": "h100-80gb",
+           "collector_h200_playbook_shapes": "h200-141gb", "collector_h200_small": "h200-141gb"}  # fmt: skip
 
 
-def hardware(table: str | None) -> HardwareModel:
-    record = copy.deepcopy(load_hardware(PRESET, str(REPO / "data" / "hardware")))
-    record["kernels"].pop("table", None)
-    if table:
-        record["kernels"]["table"] = table
+def hardware(preset: str, table: bool) -> HardwareModel:
+    """A preset as it is (with its table), or without its table (the datasheet)."""
+    record = copy.deepcopy(load_hardware(preset, str(REPO / "data" / "hardware")))
+    if not table:
+        record["kernels"].pop("table", None)
     return HardwareModel(record)
 
 
@@ -42,10 +45,13 @@ def rows(multi_node: int) -> dict[str, pd.DataFrame]:
     playbook = playbook[playbook.status == "ok"]
     published = pd.read_parquet(RUNS / "published-h100.parquet")
     multi = playbook[playbook.nodes > 1]
+    small = pd.concat([pd.read_parquet(RUNS / f"{n}.parquet") for n in ("gpu-h200-v1", "probe-h200-20261126")])
     return {
         "playbook_one_node": playbook[playbook.nodes == 1],
         "playbook_multi_node_sample": multi.sample(min(multi_node, len(multi)), random_state=0),
         "published_h100": published[published.status == "ok"],
+        "collector_h200_playbook_shapes": pd.read_parquet(RUNS / "gpu-h200-playbook-v1.parquet"),
+        "collector_h200_small": small[small.status == "ok"],
     }
 
 
@@ -67,25 +73,24 @@ def stats(pred: np.ndarray, true: np.ndarray) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--table", default="h100-sxm-20261127")
     parser.add_argument("--multi-node", type=int, default=200, help="multi-node Playbook rows sampled")
     args = parser.parse_args()
-    pricings = {"datasheet": hardware(None), f"table {args.table}": hardware(args.table)}
-    report: dict = {"table": args.table, "groups": {}, "published": []}
+    report: dict = {"presets": PRESETS, "groups": {}, "published": [], "fallbacks": {}}
     for group, df in rows(args.multi_node).items():
+        preset = PRESETS[group]
+        pricings = {"datasheet": hardware(preset, table=False), "table": hardware(preset, table=True)}
         true = df["iter_time_s"].to_numpy(dtype=float)
         preds = {name: np.array([physics_seconds(r, hw) for _, r in df.iterrows()]) for name, hw in pricings.items()}
         report["groups"][group] = {name: stats(p, true) for name, p in preds.items()}
+        report["fallbacks"][group] = sorted(pricings["table"].kernels.fallbacks)
         print(group, json.dumps(report["groups"][group]), flush=True)
         if group == "published_h100":
             for i, (_, r) in enumerate(df.iterrows()):
                 found = {n: round(float(p[i]), 3) for n, p in preds.items()}
                 keys = ("source", "layers", "hidden", "nodes", "tp", "pp", "cp", "float8", "iter_time_s")
                 report["published"].append({k: _plain(r.get(k)) for k in keys} | found)
-    fallbacks = sorted(pricings[f"table {args.table}"].kernels.fallbacks)
-    report["fallbacks"] = fallbacks
     OUT.write_text(json.dumps(report, indent=1) + "\n")
-    print("table fallbacks:", fallbacks)
+    print("table fallbacks:", report["fallbacks"])
 
 
 def _plain(v):

@@ -66,6 +66,9 @@ class GpuKernels:
     attention_efficiency: float
     memory_bandwidth: float
     table: KernelTable | None = None
+    # a table of the same GPU die whose kernel-to-kernel ratios stand in for sections ``table`` lacks (attention
+    # kernels other than torch's own choice): the preset's ``kernels.ratios_from``, with its source
+    ratios: KernelTable | None = None
     phase: str = "forward"
     fallbacks: set = field(default_factory=set, compare=False)  # what the table lacked, priced by the datasheet
 
@@ -75,8 +78,9 @@ class GpuKernels:
         if not k:
             return None
         table = load_table(k["table"]) if k.get("table") else None
+        ratios = load_table(k["ratios_from"]) if k.get("ratios_from") else None
         sms, gemm, attention = int(k["sms"]), float(k["gemm_efficiency"]), float(k["attention_efficiency"])
-        return cls(sms, gemm, attention, memory_bandwidth, table)
+        return cls(sms, gemm, attention, memory_bandwidth, table, ratios)
 
     def for_phase(self, phase: str) -> GpuKernels:
         return dataclasses.replace(self, phase=phase)
@@ -104,16 +108,29 @@ class GpuKernels:
         memory = db * (m * k + k * n + m * n) / self.memory_bandwidth
         return max(compute, memory) + ASSUMED_KERNEL_GAP_S
 
-    def attention_seconds(self, flops: float, rate: Rate, shape: tuple[float, float, float] | None) -> float:
-        """The causal flash core of ``flops`` (unhalved); ``shape``: (sequence, heads, head dim) of one kernel
-        call on a rank, None where the table cannot stand for it (MLA's head dims differ)."""
-        if self.table is not None and self.table.attention is not None and shape and rate.format == "bfloat16":
-            return self.table.attention_seconds(0.5 * flops, *shape, self.phase == "backward")
+    def attention_seconds(
+        self, flops: float, rate: Rate, shape: tuple[float, float, float] | None, kernel: str = "sdpa"
+    ) -> float:
+        """The causal flash core of ``flops`` (unhalved) on ``kernel`` (plan.attention_kernel); ``shape``:
+        (sequence, heads, head dim) of one kernel call on a rank, None where the table cannot stand for it (MLA's
+        head dims differ)."""
+        if self.table is not None and "sdpa" in self.table.attention and shape and rate.format == "bfloat16":
+            return self._table_attention(0.5 * flops, shape, kernel)
         if self.table is not None:
             self.fallbacks.add("attention" if shape else "attention with uneven head dims (MLA)")
         return self.datasheet_times * (
             0.5 * flops / (rate.flops_per_s * self.attention_efficiency) + ASSUMED_KERNEL_GAP_S
         )
+
+    def _table_attention(self, causal_flops: float, shape: tuple[float, float, float], kernel: str) -> float:
+        backward = self.phase == "backward"
+        if kernel in self.table.attention:
+            return self.table.attention_seconds(causal_flops, *shape, backward, kernel)
+        ratio = self.ratios.attention_ratio(kernel, *shape, backward) if self.ratios is not None else None
+        if ratio is None:
+            self.fallbacks.add(f"attention kernel {kernel} (priced as torch's own choice)")
+            ratio = 1.0
+        return ratio * self.table.attention_seconds(causal_flops, *shape, backward)
 
     def elementwise_seconds(self, op: str, elements: float, nbytes: float, kernels: int) -> float:
         """Element-wise work of kind ``op`` (ELEMENTWISE_OPS) over ``elements``: the table's op there, else
@@ -201,7 +218,7 @@ def _core_seconds(g: GpuKernels, w: Workload, plan: Plan, m: float, rate: Rate, 
     if plan.attention == "flash":
         a = w.attention
         shape = None if w.mla else (w.seq_len / plan.cp, w.heads / t, a.q / w.heads)
-        return g.attention_seconds(flops, rate, shape)
+        return g.attention_seconds(flops, rate, shape, plan.attention_kernel)
     scores = m * w.seq_len * w.heads / t
     gemms = g.datasheet_times * flops / (rate.flops_per_s * g.gemm_efficiency)
     return gemms + g.elementwise_seconds("softmax", scores, 4 * scores * db, 3)

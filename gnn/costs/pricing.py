@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collect.schema import Plan, Workload
 from collect.schema.choices import gemm_rate_key
-from gnn.costs.analytic import BlockCosts, block_features, dtype_bytes
+from gnn.costs.analytic import FP32_BYTES, BlockCosts, block_features, dtype_bytes
 from gnn.costs.collectives import dispatch_remote_share
 from gnn.costs.gpu import KERNELS, Rate, forward_seconds, linear_seconds
 from gnn.costs.hardware import HardwareModel
@@ -130,8 +130,21 @@ class Pricing:
         if not fwd_flops:
             return 0.0
         if phase == "backward":
-            return flops * self._seconds(kind, "backward") / (2 * fwd_flops)
+            return flops * (self._seconds(kind, "backward") + self._accumulation_seconds(kind)) / (2 * fwd_flops)
         return flops * self._seconds(kind, "forward") / fwd_flops
+
+    def _accumulation_seconds(self, kind: str) -> float:
+        """plan.grad_accumulation_pass: one micro-batch's gradients of a block added into fp32 buffers, a pass over
+        its weights on this rank (the gradient and the buffer read, the buffer written), at the rate the kernel
+        table's residual add streams bytes (3 elements of the dtype an element), else the datasheet bandwidth."""
+        plan, c = self.plan, self.c
+        if not (plan.grad_accumulation_pass and plan.fp32_grads):
+            return 0.0
+        params = {"attn": c.layer_params * c.attn_share, "mlp": c.layer_params * (1 - c.attn_share)}
+        params["head"] = c.head_params
+        db = dtype_bytes(self.w)
+        nbytes = params[kind] * (db + 2 * FP32_BYTES)
+        return self.hw.kernels.for_phase("forward").elementwise_seconds("add", nbytes / (3 * db), nbytes, 1)
 
     def _seconds(self, kind: str, phase: str) -> float:
         """One forward or backward of ``kind`` for one micro-batch on one tp rank (gnn.costs.gpu)."""

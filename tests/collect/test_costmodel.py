@@ -51,6 +51,7 @@ def test_presets_are_datasheet_records():
         "a100-40gb",
         "a100-80gb",
         "h100-80gb",
+        "h200-141gb",
         "b200-180gb",
         "b300-288gb",
         "gb200-nvl72",
@@ -64,6 +65,9 @@ def test_presets_are_datasheet_records():
     h100, b200 = load_hardware("h100-80gb"), load_hardware("b200-180gb")
     assert b200["peak_flops_per_s"]["bfloat16"] / h100["peak_flops_per_s"]["bfloat16"] == pytest.approx(2.27, rel=0.01)
     assert b200["memory_bandwidth_bytes_per_s"] / h100["memory_bandwidth_bytes_per_s"] == pytest.approx(2.39, rel=0.01)
+    # an H200 is an H100's compute with more and faster memory (the datasheets)
+    h200 = load_hardware("h200-141gb")
+    assert h200["peak_flops_per_s"] == h100["peak_flops_per_s"] and h200["memory_bandwidth_bytes_per_s"] == 4.8e12
     with pytest.raises(ValueError, match="no preset of that name"):
         load_hardware("tpu-v9")
 

@@ -140,12 +140,15 @@ def test_framework_conventions_and_what_the_collector_refuses():
         "param_gather_overlap": True,
         "tp_comm_overlap": False,
         "float8_params": False,  # bf16 GEMMs
+        "attention_kernel": "cudnn",
+        "grad_accumulation_pass": False,  # fused into the weight-gradient GEMM
     }
     assert framework_conventions("nemo", 4, True, "bfloat16") == megatron | {"tp_comm_overlap": True}
     assert not framework_conventions("nemo", 4, False, "bfloat16")["tp_comm_overlap"]  # it overlaps SP's collectives
     nanotron = framework_conventions("nanotron", 4, True, "bfloat16")
     assert nanotron["pipeline_split"] == "weights" and nanotron["attention_keeps_packed_qkv"]
-    assert nanotron["tp_layer_latency"] and not nanotron["grad_reduce_overlap"]
+    assert nanotron["tp_layer_latency"] and nanotron["grad_accumulation_pass"] and not nanotron["grad_reduce_overlap"]
+    assert nanotron["attention_kernel"] == "flash2"
     assert not framework_conventions("megatron", 4, True, "float32")["fp32_master_weights"]  # fp32 is its own master
     fp16 = framework_conventions("megatron", 4, True, "float16")  # fp32 master weights, fp16 gradients
     assert fp16["fp32_master_weights"] and not fp16["fp32_grads"]
