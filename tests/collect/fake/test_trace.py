@@ -104,11 +104,13 @@ def test_a_mixture_of_experts_routed_evenly_is_traced_at_its_measured_peak():
     each expert-parallel rank measures the same peak, and the trace reads it."""
     moe = dict(family="moe", kv_heads=2, experts=4, top_k=2, expert_ffn_hidden=96, force_balanced_routing=True)
     spec = tiny_spec(workload=moe, dp=2, ep=2, sharding="fsdp_full")
+    # FSDP over gloo holds its collectives' buffers a little longer in some runs (42 KB, 1% of this plan, on one rank
+    # in one of six runs seen): each rank's lower reading of two runs. Routed by the router, the ranks read 2.3% apart.
     with LocalPool(2, MeasureSettings(warmup_iters=0, timed_iters=1)) as pool:
-        result = pool.run(spec)
-    assert result.status == "ok", result.error
-    measured = result.peak_mem_bytes_per_rank
-    assert measured[0] == measured[1]
+        results = [pool.run(spec) for _ in range(2)]
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    measured = [min(r.peak_mem_bytes_per_rank[rank] for r in results) for rank in (0, 1)]
+    assert measured[0] == pytest.approx(measured[1], rel=0.01)
     for rank in (0, 1):
         assert _trace(spec.model_dump_json(), rank)["peak_mem_bytes"] == pytest.approx(measured[rank], rel=0.01)
 
