@@ -14,7 +14,6 @@ predicted over measured), and every published row.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 
 import numpy as np
@@ -28,30 +27,29 @@ from gnn.dataset.rows import measured_pp_rank, row_to_spec
 
 RUNS = REPO / "data" / "runs"
 OUT = REPO / "experiments" / "results" / "kernels_physics.json"
-PRESETS = {"playbook_one_node": "h100-80gb", "playbook_multi_node_sample": "h100-80gb", "published_h100": "h100-80gb",
-           "collector_h200_playbook_shapes": "h200-141gb", "collector_h200_small": "h200-141gb"}  # fmt: skip
 
 
 def hardware(preset: str, table: bool) -> HardwareModel:
     """A preset as it is (with its table), or without its table (the datasheet)."""
-    record = copy.deepcopy(load_hardware(preset, str(REPO / "data" / "hardware")))
+    record = load_hardware(preset, str(REPO / "data" / "hardware"))  # a fresh copy
     if not table:
         record["kernels"].pop("table", None)
     return HardwareModel(record)
 
 
-def rows(multi_node: int) -> dict[str, pd.DataFrame]:
+def rows(multi_node: int) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Each group's rows beside the preset of the GPU they ran on."""
     playbook = pd.concat([pd.read_parquet(RUNS / f"{n}.parquet") for n in ("playbook-h100", "playbook-h100-8b")])
     playbook = playbook[playbook.status == "ok"]
     published = pd.read_parquet(RUNS / "published-h100.parquet")
     multi = playbook[playbook.nodes > 1]
     small = pd.concat([pd.read_parquet(RUNS / f"{n}.parquet") for n in ("gpu-h200-v1", "probe-h200-20261126")])
     return {
-        "playbook_one_node": playbook[playbook.nodes == 1],
-        "playbook_multi_node_sample": multi.sample(min(multi_node, len(multi)), random_state=0),
-        "published_h100": published[published.status == "ok"],
-        "collector_h200_playbook_shapes": pd.read_parquet(RUNS / "gpu-h200-playbook-v1.parquet"),
-        "collector_h200_small": small[small.status == "ok"],
+        "playbook_one_node": ("h100-80gb", playbook[playbook.nodes == 1]),
+        "playbook_multi_node_sample": ("h100-80gb", multi.sample(min(multi_node, len(multi)), random_state=0)),
+        "published_h100": ("h100-80gb", published[published.status == "ok"]),
+        "collector_h200_playbook_shapes": ("h200-141gb", pd.read_parquet(RUNS / "gpu-h200-playbook-v1.parquet")),
+        "collector_h200_small": ("h200-141gb", small[small.status == "ok"]),
     }
 
 
@@ -75,9 +73,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--multi-node", type=int, default=200, help="multi-node Playbook rows sampled")
     args = parser.parse_args()
-    report: dict = {"presets": PRESETS, "groups": {}, "published": [], "fallbacks": {}}
-    for group, df in rows(args.multi_node).items():
-        preset = PRESETS[group]
+    groups = rows(args.multi_node)
+    report: dict = {"presets": {g: preset for g, (preset, _) in groups.items()}, "groups": {}, "published": []}
+    report["fallbacks"] = {}
+    for group, (preset, df) in groups.items():
         pricings = {"datasheet": hardware(preset, table=False), "table": hardware(preset, table=True)}
         true = df["iter_time_s"].to_numpy(dtype=float)
         preds = {name: np.array([physics_seconds(r, hw) for _, r in df.iterrows()]) for name, hw in pricings.items()}
