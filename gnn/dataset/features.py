@@ -189,6 +189,9 @@ def plan_features(spec: RunSpec, hw: HardwareModel, flags: dict) -> dict[str, fl
     f["sequence_parallel"] = float(p.sequence_parallel)
     f["float8_all_gather"] = float(p.float8_all_gather)
     f["tp_layer_latency"] = float(p.tp_layer_latency)  # a convention priced only by the fitted time models
+    # tensor parallelism's collectives wait in each layer's critical path unless the framework overlaps them with its
+    # GEMMs (plan.tp_comm_overlap): priced, as the convention above, only by the fitted time models
+    f["tp_exposed"] = float(not p.tp_comm_overlap)
     f["log2_etp"] = math.log2(p.expert_tp) if w.family == "moe" else 0.0
     f["bf16_moments"] = float(p.optimizer_state_dtype == "bfloat16")
     f.update(_setting_features(w, spec.cluster, hw))

@@ -2,10 +2,10 @@
 
 The raw simulator is a poor base for iteration time on some hardware (48% MAPE
 on the A100 rows, worse on unseen widths), because its absolute costs assume
-datasheet peak throughput. The analytical model (gnn.costs.efficiency) fits seven
+datasheet peak throughput. The analytical model (gnn.costs.efficiency) fits
 non-negative efficiencies (compute, communication, pipeline bubble, per-layer
-launch overhead, constant, a framework's latency per layer) to the training rows and generalises to unseen
-shapes at 11-16%. Fitted per hardware domain on the training rows only, it
+launch overhead, constant, tensor parallelism's latency per layer) to the training rows and generalises to
+unseen shapes at 11-16%. Fitted per hardware domain on the training rows only, it
 gives the network a calibrated starting point, so the network learns what
 even the fitted physics misses.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from gnn.costs.efficiency import relative_nnls, time_terms
+from gnn.costs.efficiency import TERMS, relative_nnls, time_terms
 
 COLUMNS = (
     "f_log_sim_compute",
@@ -30,8 +30,8 @@ COLUMNS = (
     "f_log2_tp",
     "f_tp_layer_latency",
     "f_kernel_table",
+    "f_tp_exposed",
 )
-TERMS = 8  # gnn.costs.efficiency.time_terms
 
 
 class AnalyticalTimeBase(nn.Module):
@@ -54,13 +54,15 @@ class AnalyticalTimeBase(nn.Module):
         c = u[:, self.index].double()
         compute, comm = torch.exp(c[:, 0]), torch.exp(c[:, 1])
         pp, nmb, v = 2 ** c[:, 2], 2 ** c[:, 3], 2 ** c[:, 4]
-        layers, tp, latency_flag = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8]
+        layers, tp, nanotron, exposed = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8], c[:, 10]
         ops = layers * nmb / pp
-        latency = ops * (tp - 1) * latency_flag
+        ring, pipelined = ops * (tp - 1), pp > 1
         measured = compute * c[:, 9]
         bubble = compute * (pp - 1) / (nmb * v)
         ones = torch.ones_like(compute)
-        terms = torch.stack([compute - measured, measured, comm, bubble, ops, ones, latency, latency * (pp > 1)], 1)
+        exposed = ring * exposed
+        terms = [compute - measured, measured, comm, bubble, ops, ones, exposed, exposed * pipelined]
+        terms = torch.stack([*terms, ring * nanotron * pipelined], 1)
         coef = self.coef[(c[:, 6] > 0.5).long()]
         return torch.log((terms * coef).sum(1).clamp_min(1e-9)).float()
 

@@ -214,8 +214,9 @@ def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
     from gnn.predictors.baselines import AnalyticalPredictor
 
     meta = vtrain_dataset.meta.copy()
-    # every other row as a framework with a latency per layer (plan.tp_layer_latency), so its terms are compared too
+    # every other row as Nanotron, every third with its collectives overlapped, so the latency terms are compared too
     meta["f_tp_layer_latency"] = (np.arange(len(meta)) % 2).astype(float)
+    meta["f_tp_exposed"] = (np.arange(len(meta)) % 3 > 0).astype(float)
     names = [c for c in meta.columns if c.startswith("f_")]
     train, rows = meta.iloc[:500], meta.iloc[500:600]
     base = AnalyticalTimeBase(names)
@@ -226,25 +227,24 @@ def test_the_networks_analytical_base_is_the_fitted_baseline(vtrain_dataset):
     assert base.coef[1, 5:].sum() > 0  # the fit used the latency terms
 
 
-def test_a_frameworks_latency_per_layer_by_hand():
-    """8 layers on 2 stages, 4 micro-batches, tp 4: 16 layer passes per rank, each waiting for tp - 1 = 3 ring
-    steps, once in all and once more because it pipelines; nothing without the convention or without tp."""
+def test_a_latency_per_layer_by_hand():
+    """8 layers on 2 stages, 4 micro-batches, tp 4: 16 layer passes per rank, each waiting tp - 1 = 3 ring steps if
+    exposed, again if pipelined, and again under Nanotron's convention if pipelined; nothing if overlapped or tp 1."""
     from gnn.costs.efficiency import time_terms
 
     rows = pd.DataFrame(
         {
-            "f_log_sim_compute": [0.0] * 4,
-            "f_log_sim_comm": [0.0] * 4,
-            "f_log2_pp": [1.0, 1.0, 0.0, 1.0],
-            "f_log2_num_microbatches": [2.0] * 4,
-            "f_log2_virtual_stages": [0.0] * 4,
-            "f_log2_tp": [2.0, 2.0, 2.0, 0.0],
-            "f_tp_layer_latency": [1.0, 0.0, 1.0, 1.0],
-            "layers": [8, 8, 8, 8],
+            "f_log2_pp": [1.0, 1.0, 0.0, 1.0, 1.0],
+            "f_log2_tp": [2.0, 2.0, 2.0, 0.0, 2.0],
+            "f_tp_exposed": [1.0, 1.0, 1.0, 1.0, 0.0],
+            "f_tp_layer_latency": [1.0, 0.0, 1.0, 1.0, 0.0],
         }
     )
+    rows = rows.assign(
+        f_log_sim_compute=0, f_log_sim_comm=0, f_log2_num_microbatches=2, f_log2_virtual_stages=0, layers=8
+    )
     latency = time_terms(rows)[:, 6:]
-    np.testing.assert_allclose(latency, [[48, 48], [0, 0], [96, 0], [0, 0]])
+    np.testing.assert_allclose(latency, [[48, 48, 48], [48, 48, 0], [96, 0, 0], [0, 0, 0], [0, 0, 0]])
 
 
 def test_compute_from_a_kernel_table_takes_an_efficiency_of_its_own():
@@ -253,7 +253,7 @@ def test_compute_from_a_kernel_table_takes_an_efficiency_of_its_own():
 
     rows = pd.DataFrame({"f_log_sim_compute": [0.0, np.log(2.0)], "f_kernel_table": [0.0, 1.0]})
     rows = rows.assign(f_log_sim_comm=0.0, f_log2_pp=0.0, f_log2_num_microbatches=0.0, f_log2_virtual_stages=0.0)
-    rows = rows.assign(f_log2_tp=0.0, f_tp_layer_latency=0.0, layers=1)
+    rows = rows.assign(f_log2_tp=0.0, f_tp_exposed=1.0, f_tp_layer_latency=0.0, layers=1)
     np.testing.assert_allclose(time_terms(rows)[:, :2], [[1, 0], [0, 2]])
 
 
