@@ -10,9 +10,9 @@ The latency terms count layer passes per rank times tp - 1 (growing as a ring's
 steps over the tensor-parallel group would; the mechanism is not known). Two are
 paid wherever the tensor-parallel collectives sit in the layer's critical path
 (every framework that does not overlap them with its GEMMs, plan.tp_comm_overlap):
-in all, and once more under pipeline parallelism. Three sources show it: vTrain's
-Megatron runs on A100s, the Playbook's Nanotron runs on H100s and NVIDIA's
-Megatron-Bridge runs, which overlap it only in part. The third is Nanotron's own
+in all, and once more under pipeline parallelism. Two sources show it: vTrain's
+Megatron runs on A100s (2.5-3.5 ms per layer pass over the simulator at every tp)
+and the Playbook's Nanotron runs on H100s. The third is Nanotron's own
 (plan.tp_layer_latency), paid under pipeline parallelism, where its runs wait
 several times longer than any other framework's. A fit without a framework's
 runs keeps the first two, so a framework never seen still pays a latency.
