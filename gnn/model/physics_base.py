@@ -54,13 +54,13 @@ class AnalyticalTimeBase(nn.Module):
         c = u[:, self.index].double()
         compute, comm = torch.exp(c[:, 0]), torch.exp(c[:, 1])
         pp, nmb, v = 2 ** c[:, 2], 2 ** c[:, 3], 2 ** c[:, 4]
-        layers, tp, nanotron, exposed = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8], c[:, 10]
+        layers, tp, nanotron, exposed_flag = torch.exp(c[:, 5]), 2 ** c[:, 7], c[:, 8], c[:, 10]
         ops = layers * nmb / pp
         ring, pipelined = ops * (tp - 1), pp > 1
         measured = compute * c[:, 9]
         bubble = compute * (pp - 1) / (nmb * v)
         ones = torch.ones_like(compute)
-        exposed = ring * exposed
+        exposed = ring * exposed_flag
         terms = [compute - measured, measured, comm, bubble, ops, ones, exposed, exposed * pipelined]
         terms = torch.stack([*terms, ring * nanotron * pipelined], 1)
         coef = self.coef[(c[:, 6] > 0.5).long()]
