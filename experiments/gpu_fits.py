@@ -6,9 +6,10 @@ The Ultra-Scale Playbook's runs either finished (they fit) or have no result (cr
 source does not say which): a failed configuration counts as "does not run". The training data keep finished runs
 only (gnn.dataset.rows.load_runs), so each H100 split's test rule (random by run id, the largest model, the most
 GPUs) is applied here to every run, finished or failed, and a predictor says "fits" when its peak memory is at most
-the GPU's memory. Predictors: the GNN trained on the split (make evaluate's, build/evaluate/gnn-<split>-*.pt; the
-served model where there is none, which saw the held-out rows), the simulator's raw peak, and Megatron's
-theoretical memory (neither fitted). Writes experiments/results/gpu_fits.json.
+the GPU's memory once what a GPU holds beyond its tensors is added (collect.fake.device; for the GNN its own fits
+verdict, which reads that from its interval too). Predictors: the GNN trained on the split (make evaluate's,
+build/evaluate/gnn-<split>-*.pt; the served model where there is none, which saw the held-out rows), the simulator's
+raw peak, and Megatron's theoretical memory (neither fitted). Writes experiments/results/gpu_fits.json.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from collect import REPO
+from collect.fake.device import allocatable
 from collect.store import ResultStore
 from gnn.costs.hardware import hardware_model
 from gnn.dataset.rows import row_to_spec
@@ -79,7 +81,7 @@ def main() -> None:
 
     runs = pd.concat([ResultStore(path).load() for path in RUNS], ignore_index=True)
     runs = runs[runs["status"].isin(["ok", "failed"])].reset_index(drop=True)
-    capacity = runs["memory_bytes"].astype(float)
+    usable = runs["memory_bytes"].astype(float).map(lambda m: allocatable(m, "cuda"))
     peaks = {
         "simulator": simulated_peaks(runs),
         "megatron_memory": MegatronMemoryPredictor().predict(runs)["pred_mem_bytes"],
@@ -89,9 +91,9 @@ def main() -> None:
         rows = runs[mask]
         predictor, model = split_model(split, Path(args.models_dir), args.model)
         print(f"{split}: GNN {model}")
-        split_peaks = peaks | {"gnn": predictor.predict_rows(rows)["peak_mem_bytes"]}
-        for name, peak in split_peaks.items():
-            fits = peak.loc[rows.index] <= capacity.loc[rows.index]
+        verdicts = {name: peak.loc[rows.index] <= usable.loc[rows.index] for name, peak in peaks.items()}
+        verdicts["gnn"] = predictor.predict_rows(rows)["fits"].astype(bool)  # the served answer, from its interval
+        for name, fits in verdicts.items():
             report.append({"split": split, "predictor": name, "n": len(rows), **accuracy(fits, rows)})
             report[-1]["model"] = model if name == "gnn" else None
     table = pd.DataFrame(report)

@@ -181,11 +181,14 @@ class PlanPrediction(BaseModel):
     iter_time_interval_s: tuple[float, float]
     """80% prediction interval (calibrated on held-out measurements)."""
     peak_mem_bytes: float
-    """Peak memory per device (the busiest device)."""
+    """Peak memory per device (the busiest device), as allocated to tensors: torch.cuda.max_memory_allocated, the
+    number frameworks log. The device holds more (the caching allocator's reserve, CUDA's context), which fits and
+    oom_risk add (collect.fake.device)."""
     peak_mem_interval_bytes: tuple[float, float]
     fits: bool
-    """oom_risk at most 0.1 (gnn.inference.predictor.FITS_MAX_RISK): the whole 80% memory interval is within the
-    device's capacity. The search picks by the same rule (its max_oom_risk, 0.1 by default)."""
+    """oom_risk at most 0.1 (gnn.inference.predictor.FITS_MAX_RISK): the whole 80% memory interval, with what the
+    device holds beyond its tensors, is within the device's capacity. The search picks by the same rule (its
+    max_oom_risk, 0.1 by default)."""
     oom_risk: float
     """The chance the peak exceeds the device's memory, read from the memory interval (its upper end is the 90th
     percentile): below 0.1 when the whole interval fits. The search picks only plans under its max_oom_risk."""

@@ -6,8 +6,8 @@ Llama 3.1 70B (experiments/requests/llama-3.1-70b.json) on H100 nodes of 8, sear
 searches it, but over the plans the collector runs, so that each can be traced (collect.fake): bfloat16 GEMMs
 and no context parallelism (the collector has no FP8 path, and torch's context parallelism does not shard the
 CPU's attention). The search's best plans are traced one after another (serve.verify.run), and
-experiments/results/search_verified.json gets each plan, its prediction, its trace, the trace with what a GPU adds
-at the median (collect.fake.device.on_device) and the prediction over that.
+experiments/results/search_verified.json gets each plan, its prediction, its trace, the prediction over the trace
+(both allocated) and the trace with what a GPU adds at the median (collect.fake.device.on_device).
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def _line(row: dict) -> str:
         return f"{plan}: {row['status']} {row['error']}"
     predicted, traced = row["prediction"]["peak_mem_bytes"] / 2**30, row["traced_peak_bytes"] / 2**30
     on_gpu, ratio, took = row["traced_on_gpu_bytes"] / 2**30, row["predicted_over_traced"], row["wall_s"]
-    return (f"{plan}: predicted {predicted:.1f} GiB, traced {traced:.1f} GiB, {on_gpu:.1f} with what a GPU adds "
-            f"({ratio:.3f}x) in {took:.0f} s")  # fmt: skip
+    return (f"{plan}: predicted {predicted:.1f} GiB, traced {traced:.1f} GiB ({ratio:.3f}x), {on_gpu:.1f} with "
+            f"what a GPU adds, in {took:.0f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The graph dataset: one execution graph per measured row of data/runs, and per full-size plan traced under fake
-tensors in data/fake (its peak with what a GPU adds, gnn.dataset.rows.fake_as_gpu_rows; no time).
+tensors in data/fake (its peak as allocated, gnn.dataset.rows.fake_as_gpu_rows; no time).
 
     python -m gnn.dataset          # build (or load the cached) dataset and print its size
 

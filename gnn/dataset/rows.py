@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from collect.fake.device import on_device
+from collect.fake.device import allocatable
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.schema.plan import CLUSTER_LATER_FIELDS
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
@@ -115,17 +115,15 @@ def load_fake(folder: Path) -> pd.DataFrame:
 
 
 def fake_as_gpu_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Fake traces as rows to learn GPU memory from: each peak with what a GPU adds at the median
-    (collect.fake.device.on_device; the trace's own peak kept as ``traced_peak_mem_bytes``), on the sweeps' H100
-    preset, labelled oom where that exceeds the device. They are still ``peak_mem_method: fake``, and their time is
-    missing: a time consumer takes the rows where it is known."""
+    """Fake traces as rows to learn GPU memory from: each traced peak as it is, what the collector's code allocates
+    (as torch.cuda.max_memory_allocated reads it on a GPU, and every measured GPU row records), on the sweeps' H100
+    preset, labelled oom where it exceeds what the device can allocate (collect.fake.device.allocatable). They are
+    still ``peak_mem_method: fake``, and their time is missing: a time consumer takes the rows where it is known."""
     if rows.empty:
         return rows
-    gpu = rows["peak_mem_bytes"].astype(float).map(lambda b: on_device(b, "cuda"))
+    traced, capacity = rows["peak_mem_bytes"].astype(float), rows["memory_bytes"].astype(float)
     return rows.assign(
-        traced_peak_mem_bytes=rows["peak_mem_bytes"],
-        peak_mem_bytes=gpu,
-        status=["oom" if b > m else "ok" for b, m in zip(gpu, rows["memory_bytes"].astype(float))],
+        status=["oom" if b > allocatable(m, "cuda") else "ok" for b, m in zip(traced, capacity)],
         fingerprint_id=rows["fingerprint_id"].fillna(FAKE_FINGERPRINT),
         iter_time_s=float("nan"),
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from collect.fake.device import allocatable
 from collect.hardware.records import load_hardware
 from collect.schema import RunSpec
 from gnn import cancel
@@ -43,7 +44,8 @@ Z_UPPER = 1.2815515655446004
 
 FITS_MAX_RISK = 0.1
 """A plan fits when its chance of running out of memory (oom_risk) is at most this: its whole 80% memory interval
-is within the device's capacity. The one answer to "does it fit": the search's default max_oom_risk too."""
+is within what the device can allocate (collect.fake.device.allocatable: its memory less what a GPU holds beyond
+its tensors). The one answer to "does it fit": the search's default max_oom_risk too."""
 
 SIM_COLUMNS = ("sim_time_s", "sim_compute_s", "sim_bubble_s", "sim_exposed_s", "sim_comm_s")
 
@@ -161,9 +163,10 @@ class BatchPredictor:
         out = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]} if parts else self.ensemble.predict([])
         if self.calibration(record, calibrated_as) == new_source.NAME:
             out = new_source.widen(out, self.info["new_source"])
-        capacity = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
-        out["memory_bytes"] = capacity
-        out["oom_risk"] = oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], capacity)
+        out["memory_bytes"] = np.array([s.cluster.memory_bytes for s in specs], dtype=float)
+        # the peak is what the tensors are allocated; the device holds more (the allocator's reserve, CUDA's context)
+        usable = np.array([allocatable(s.cluster.memory_bytes, s.cluster.device) for s in specs], dtype=float)
+        out["oom_risk"] = oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], usable)
         out["fits"] = out["oom_risk"] <= FITS_MAX_RISK
         del out["oom_prob"]  # the network's own classifier: scored in training, never a second answer to a user
         sim = {k: np.concatenate([c[k] for _, c in parts]) if parts else np.zeros(0) for k in SIM_COLUMNS}

@@ -1,8 +1,9 @@
 """python -m serve verify SPEC.json [--model URI] [--budget-s 3600] [--json]
 
 The plans of a predict request (the same file python -m serve predict reads) traced under fake tensors, one after
-another: the model's predicted peak and interval, the traced peak of the busiest stage, that peak with what a GPU
-adds (collect.fake.device.on_device), and whether it fits. --json prints serve.verify.run.VerifyResponse instead.
+another: the model's predicted peak and interval, the traced peak of the busiest stage (both allocated), their ratio,
+that peak with what a GPU adds (collect.fake.device.on_device), and whether it fits. --json prints
+serve.verify.run.VerifyResponse instead.
 Bad input, or plans estimated over the budget, exit 2 saying why.
 """
 
@@ -41,13 +42,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def table(response: VerifyResponse) -> str:
     """One line per plan: predicted and traced peak, the ratio, and the verdicts."""
-    head = f"{'plan':>4}  {'predicted GiB (80%)':<22} {'traced GiB':>10} {'on GPU':>7} {'pred/GPU':>8}"
+    head = f"{'plan':>4}  {'predicted GiB (80%)':<22} {'traced GiB':>10} {'on GPU':>7} {'pred/tr':>8}"
     head += f"  {'in 80%':<6} fits  took"
     lines = [head]
     for i, p in enumerate(response.plans, 1):
         lines.append(f"{i:>4}  {_predicted(p):<22} {_traced(p)}")
     capacity = response.capacity_bytes / GiB
-    lines.append(f"device memory {capacity:.1f} GiB; 'on GPU' adds to the trace what a GPU adds at the median; "
+    lines.append(f"device memory {capacity:.1f} GiB; 'on GPU' adds to the trace what a GPU adds at the median, and "
+                 "fits sets that beside the memory; "
                  f"not counted: {response.unseen}")  # fmt: skip
     return "\n".join(lines)
 

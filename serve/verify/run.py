@@ -7,8 +7,9 @@ the simulator's breakdown of it.
 A trace counts what the collector's own model code allocates on each stage's first rank, at full size, on a fake
 world of the plan's size (collect.fake): exact for that code. What only the hardware adds (CUDA's context and
 cuBLAS's workspace, the caching allocator's reserve) is added at its median as measured on an H100
-(collect.fake.device); NCCL's buffers, the allocator's gaps beyond the median, and another framework's kernels or
-buffers beyond the conventions the plan names are not in it. Plans are traced one after another, each stopped at
+(collect.fake.device) to say whether the trace fits; the prediction, a peak allocated, is set beside the trace
+itself. NCCL's buffers, the allocator's gaps beyond the median, and another framework's kernels or buffers beyond
+the conventions the plan names are not in it. Plans are traced one after another, each stopped at
 a multiple of its estimate (serve.verify.cost); the request's later plans are not traced once its budget is spent,
 and a trace is killed within half a second when the work is told to stop (gnn.cancel: its client hung up, or the
 service is stopping).
@@ -41,14 +42,14 @@ class VerifiedPlan(BaseModel):
     """The busiest traced rank's peak: exact for the collector's code, without what only the hardware adds."""
     traced_on_gpu_bytes: float | None = None
     """The traced peak with what a GPU adds at the median (RESERVED_OVER_ALLOCATED, OUTSIDE_ALLOCATOR_BYTES): what
-    the device would hold, to set beside its memory and the prediction. The traced peak itself on a CPU cluster."""
+    the device would hold, to set beside its memory. The traced peak itself on a CPU cluster."""
     traced_peak_per_stage_bytes: list[float] = []
     """Each pipeline stage's first rank (``traced_ranks``), in stage order."""
     traced_ranks: list[int] = []
     predicted_over_traced: float | None = None
-    """The predicted peak over traced_on_gpu_bytes."""
+    """The predicted peak over the traced one (both allocated: PlanPrediction.peak_mem_bytes)."""
     within_interval: bool | None = None
-    """Whether traced_on_gpu_bytes lies in the prediction's 80% memory interval."""
+    """Whether traced_peak_bytes lies in the prediction's 80% memory interval."""
     traced_fits: bool | None = None
     """traced_on_gpu_bytes within the device's memory."""
     simulated: list[dict] = []
@@ -116,8 +117,8 @@ def _verified(spec, prediction: PlanPrediction, estimate: float, left_s: float, 
             "traced_on_gpu_bytes": on_gpu,
             "traced_peak_per_stage_bytes": peaks,
             "traced_ranks": extra["traced_ranks"],
-            "predicted_over_traced": prediction.peak_mem_bytes / on_gpu if on_gpu > 0 else None,
-            "within_interval": lo <= on_gpu <= hi,
+            "predicted_over_traced": prediction.peak_mem_bytes / peak if peak > 0 else None,
+            "within_interval": lo <= peak <= hi,
             "traced_fits": on_gpu <= spec.cluster.memory_bytes,
         }
     )

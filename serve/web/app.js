@@ -464,9 +464,10 @@ async function verifyPlan() {
   if (v.status !== "ok") { $("verify-result").textContent = `not traced (${v.status}): ${v.error || ""}`; return; }
   const stages = v.traced_peak_per_stage_bytes.map(fmtGiB).join(", ");
   $("verify-result").textContent = `traced peak ${fmtGiB(v.traced_peak_bytes)} (per stage: ${stages}) in ` +
-    `${v.wall_s.toFixed(0)} s, ${fmtGiB(v.traced_on_gpu_bytes)} with what a GPU adds; predicted ` +
-    `${fmtGiB(v.prediction.peak_mem_bytes)} (${v.within_interval ? "inside" : "outside"} its 80% interval); ` +
-    `${v.traced_fits ? "fits" : "does not fit"} in ${fmtGiB(body.capacity_bytes)}, before ${body.unseen}`;
+    `${v.wall_s.toFixed(0)} s; predicted ${fmtGiB(v.prediction.peak_mem_bytes)} ` +
+    `(${v.within_interval ? "inside" : "outside"} its 80% interval); with what a GPU adds ` +
+    `${fmtGiB(v.traced_on_gpu_bytes)}, which ${v.traced_fits ? "fits" : "does not fit"} in ` +
+    `${fmtGiB(body.capacity_bytes)}, before ${body.unseen}`;
 }
 
 const PART_COLORS = { weights: "#1f6feb", gradients: "#8250df", optimizer: "#bf8700", buffers: "#57606a", activations: "#2da44e" };

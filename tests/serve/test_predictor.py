@@ -213,3 +213,15 @@ def test_oom_risk_reads_the_memory_interval_as_a_log_normal_error():
     assert risk[1] == pytest.approx(0.5)  # the point at capacity
     assert risk[2] == 0.0 and risk[3] == 1.0  # no spread: fits or not
     assert risk[4] < 0.1
+
+
+def test_fits_sets_the_allocated_peak_and_what_a_gpu_adds_beside_the_device_memory(predictor):
+    from collect.fake.device import allocatable
+    from gnn.inference.predictor import FITS_MAX_RISK, oom_risk
+
+    specs = _specs(4)
+    out = predictor.predict_columns(specs, "a100-80gb", workers=0)
+    usable = np.array([allocatable(s.cluster.memory_bytes, "cuda") for s in specs])
+    assert (usable < out["memory_bytes"]).all()
+    assert np.allclose(out["oom_risk"], oom_risk(out["peak_mem_bytes"], out["peak_mem_hi_bytes"], usable))
+    assert (out["fits"] == (out["oom_risk"] <= FITS_MAX_RISK)).all()

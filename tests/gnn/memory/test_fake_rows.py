@@ -1,5 +1,6 @@
-"""Fake traces as training rows: a GPU's peak with what the device adds, no time, and never mixed into a measured
-split's test; on a batch of them the time head is only pulled toward its physics base, never toward a NaN."""
+"""Fake traces as training rows: the traced peak as allocated, labelled oom beyond what the device can allocate, no
+time, and never mixed into a measured split's test; on a batch of them the time head is only pulled toward its
+physics base, never toward a NaN."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from collect.fake.device import on_device
+from collect.fake.device import allocatable, on_device
 from gnn.dataset.rows import fake_as_gpu_rows, has_time, load_fake
 from gnn.dataset.splits import SERVING_SPLIT, is_fake, named_splits
 
@@ -33,14 +34,23 @@ def dataset(tmp_path_factory):
     return PlanGraphs(root=root, runs=[REPO / "data" / "runs" / "vtrain-a100.parquet"])
 
 
-def test_a_fake_row_learns_what_a_gpu_holds_and_says_it_would_not_fit_beyond_the_device():
+def test_a_fake_row_learns_its_allocated_peak_and_does_not_fit_where_the_device_would_hold_more():
     traced = load_fake(FAKE)
     rows = fake_as_gpu_rows(traced)
     assert len(rows) == traced["run_id"].nunique() and (rows["peak_mem_method"] == "fake").all()
-    assert np.allclose(rows["peak_mem_bytes"], [on_device(b, "cuda") for b in traced["peak_mem_bytes"]])
-    assert (rows["traced_peak_mem_bytes"] == traced["peak_mem_bytes"].to_numpy()).all()
+    # learned as allocated, the quantity of every measured GPU row; what the device adds only decides oom
+    assert (rows["peak_mem_bytes"].to_numpy() == traced["peak_mem_bytes"].to_numpy()).all()
     assert not has_time(rows).any() and (rows["fingerprint_id"] == "h100-80gb").all()
-    assert ((rows["status"] == "oom") == (rows["peak_mem_bytes"] > rows["memory_bytes"])).all()
+    on_gpu = rows["peak_mem_bytes"].map(lambda b: on_device(b, "cuda"))
+    assert ((rows["status"] == "oom") == (on_gpu > rows["memory_bytes"])).all()
+    between = (rows["peak_mem_bytes"] <= rows["memory_bytes"]) & (on_gpu > rows["memory_bytes"])
+    assert between.any(), "some trace allocates less than the device's memory and still does not fit on it"
+
+
+def test_allocatable_is_the_inverse_of_what_a_gpu_adds():
+    capacity = 80 * 2**30
+    assert on_device(allocatable(capacity, "cuda"), "cuda") == pytest.approx(capacity)
+    assert allocatable(capacity, "cuda") < capacity - 2**30 and allocatable(capacity, "cpu") == capacity
 
 
 def test_the_dataset_holds_the_traces_with_memory_and_no_time(dataset):
