@@ -15,6 +15,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 LEARNING_RATE = 1e-4  # value irrelevant to speed and memory; any finite step works
@@ -40,8 +41,12 @@ def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, device: torch.device, pipel
 
 
 def build_optimizer(params: list[nn.Parameter], sharding: str, dp_mesh: DeviceMesh) -> torch.optim.Optimizer:
+    # CUDA's default step, torch's foreach kernels, refuses a group mixing DTensors and plain tensors, which tensor
+    # parallelism without FSDP leaves (gnn.costs.analytic.steps_one_by_one): those are stepped one by one, as on a CPU
+    foreach = False if len({isinstance(p, DTensor) for p in params}) > 1 else None
     if sharding == "zero1":
         return ZeroRedundancyOptimizer(
-            params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), lr=LEARNING_RATE
-        )
-    return torch.optim.AdamW(params, lr=LEARNING_RATE)
+            params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(), lr=LEARNING_RATE,
+            foreach=foreach,
+        )  # fmt: skip
+    return torch.optim.AdamW(params, lr=LEARNING_RATE, foreach=foreach)

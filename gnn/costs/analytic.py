@@ -248,3 +248,11 @@ def analytic_peak_bytes(w: Workload, plan: Plan) -> float:
     activations = in_flight_microbatches(plan) * layers * saved_bytes_per_layer(c, plan)
     logits = 3 * c.logits_bytes if plan.pp == 1 else 0.0  # logits, their softmax and its gradient
     return state + activations + logits
+
+
+def steps_one_by_one(w: Workload, plan: Plan) -> bool:
+    """Whether AdamW steps the parameters one at a time on CUDA too, not with its foreach kernels (CUDA's default):
+    where tensor parallelism without FSDP leaves some of them plain tensors beside its DTensors, which the foreach
+    kernels refuse (collect.parallel.dp.build_optimizer). collect.parallel.tp leaves a gpt's learned positions
+    plain, and any model's norms without sequence parallelism; FSDP makes every parameter a DTensor."""
+    return plan.tp_enabled and not plan.fsdp_enabled and (w.family == "gpt" or not plan.sequence_parallel)

@@ -229,7 +229,7 @@ class PassCompiler:
         roles = tuple(self._role(s) for s in stages)
         key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, plan.fp32_grads, self.stage_layers, roles)
         windows = overlap_windows(plan, stages, self.template)
-        key += (self.dp_cross, plan.grad_reduce_overlap, plan.param_gather_overlap, windows)
+        key += (self.dp_cross, plan.grad_reduce_overlap, plan.param_gather_overlap, windows, plan.sequence_parallel)
         found = self._shared_steps.get(key)
         if found is None:
             found = self._shared_steps[key] = compile_step(

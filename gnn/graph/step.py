@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param, moment_bytes
+from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param, moment_bytes, steps_one_by_one
 from gnn.costs.pricing import Pricing
 from gnn.graph.memory import StageMemory
 from gnn.graph.table import COL
@@ -37,8 +37,10 @@ def compile_step(
     """The rows of a rank's end of iteration on the stages it holds (gnn.graph.passes.PassCompiler.step says what
     they depend on). ``dp_cross``: the data-parallel group spans nodes. ``windows``: seconds of compute in one
     micro-batch's backward and forward of those stages, what an overlapped collective can hide under. ``foreach``:
-    AdamW runs torch's foreach kernels (its default on CUDA), not a loop over the parameters (on a CPU)."""
+    AdamW runs torch's foreach kernels (its default on CUDA), not a loop over the parameters (on a CPU), unless the
+    plan's parameters mix DTensors and plain tensors (gnn.costs.analytic.steps_one_by_one)."""
     plan, w = memory.plan, memory.w
+    foreach = foreach and not steps_one_by_one(w, plan)
     rows, last = PassRows(pricing), None
     params = sum(memory.params(s) for s in stages)
     if plan.data_ranks > 1 and not plan.fsdp_enabled:

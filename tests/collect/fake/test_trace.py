@@ -160,3 +160,22 @@ def test_a_gpu_plan_traced_on_the_cpu_has_its_gpu_peak(key):
     row = {r["key"]: r for r in map(json.loads, H100_ROWS.read_text().splitlines())}[key]
     traced = _trace(json.dumps(row["spec"]))["peak_mem_bytes"]
     assert traced == pytest.approx(row["max_allocated"], rel=0.01)
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_a_gpu_plan_whose_tp_leaves_plain_tensors_steps_them_one_by_one_at_the_simulated_peak(sequence_parallel):
+    """tp without FSDP leaves a gpt's learned positions (and, without sequence parallelism, its norms) plain beside
+    the DTensors, which CUDA's default foreach AdamW refuses ('got mixed torch.Tensor and DTensor'): the trainer steps
+    them one by one (collect.parallel.dp.build_optimizer), and the simulator prices that step's temporaries so."""
+    from gnn.costs.analytic import steps_one_by_one
+    from gnn.costs.hardware import hardware_model
+    from gnn.sim.plan import simulate_plan
+
+    spec = tiny_spec(tp=2, sequence_parallel=sequence_parallel, workload={"family": "gpt"})
+    spec = spec.model_copy(
+        update={"cluster": spec.cluster.model_copy(update={"device": "cuda", "device_kind": "h100"})}
+    )
+    assert steps_one_by_one(spec.workload, spec.plan)
+    traced = _trace(spec.model_dump_json())["peak_mem_bytes"]
+    _, sim = simulate_plan(spec.workload, spec.plan, spec.cluster, hardware_model("h100-80gb"), {})
+    assert sim.peak_mem_bytes == pytest.approx(traced, rel=0.02)
