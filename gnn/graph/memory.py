@@ -83,8 +83,20 @@ class StageMemory:
         return (self.params(stage) - experts + padded + padding) * dtype_bytes(self.w)
 
     def unit_bytes(self, stage: int) -> float:
-        """Unsharded bytes of one FSDP unit (a block: the trainer shards block by block), the stage's average."""
-        return self.stage_bytes(stage) / max(self.stage_layers[stage], 1)
+        """Unsharded bytes of one block's FSDP unit (the trainer shards block by block), the stage's average."""
+        return (self.stage_bytes(stage) - self.root_bytes(stage)) / max(self.stage_layers[stage], 1)
+
+    def root_bytes(self, stage: int) -> float:
+        """Unsharded bytes of the stage's root unit: its parameters outside the blocks (embeddings on the first
+        stage; final norm and head on the last), which FSDP gathers with the root module, around the whole pass."""
+        return (self.params(stage) - self.stage_layers[stage] * self.c.layer_params) * dtype_bytes(self.w)
+
+    def gathered_root(self, stage: int) -> float:
+        """The root unit's bytes a pass gathers and holds to its end: under fsdp_full the root module's
+        hooks gather it before the first block and reshard it after the last (allocator trace: it stays gathered
+        through each pass)."""
+        plan = self.plan
+        return self.root_bytes(stage) if plan.reshard_after_forward else 0.0
 
     def fsdp_units(self, stage: int) -> int:
         """FSDP2 units of a stage, each gathered and reduce-scattered by its own collective: every block, and the

@@ -53,7 +53,7 @@ def compile_step(
     if memory.pipelined_fsdp():
         # one reduce-scatter of the stages' accumulated gradients, unit by unit: a unit's input copy and its
         # shard live beside the unsharded gradients
-        unit = max(memory.unit_bytes(s) for s in stages)
+        unit = max(max(memory.unit_bytes(s), memory.root_bytes(s)) for s in stages)
         units = sum(memory.fsdp_units(s) for s in stages)
         last = rows.add(
             last,

@@ -101,8 +101,8 @@ def test_simulated_peak_matches_two_rank_measurement(pools, sharding, tolerance)
     """The execution graph's memory model against the measured peak of each data-parallel family on 2 ranks.
 
     Measured here: DDP 70.7 MB and ZeRO-1 58.0 MB in every run; FSDP moves between runs and ranks (grad_op 47-52,
-    full 43-49 MB), hence the wider bound. Simulated: 70.7, 57.0, 42.6 and 42.1 MB (43.0 and 42.7 while
-    attention scores were charged). Before DDP's gradient
+    full 43-49 MB), hence the wider bound. Simulated: 70.7, 57.0, 42.1 and 41.8 MB (42.6 and 42.1 while FSDP's
+    root unit was averaged into its blocks; 43.0 and 42.7 while attention scores were charged). Before DDP's gradient
     buckets, FSDP2's kept and prefetched blocks and gradients written during the backward were modelled, it
     simulated 61.7, 46.4, 32.7 and 35.9 MB."""
     from gnn.costs.hardware import hardware_model
