@@ -5,6 +5,7 @@ import urllib.request
 
 import pytest
 
+from collect.fake.device import on_device
 from serve.client import PlansightError
 from tests.serve.conftest import CLUSTER, WORKLOAD
 
@@ -59,15 +60,18 @@ def test_a_cluster_states_its_network_and_each_prediction_its_oom_risk(server):
 
 
 def test_fits_is_one_answer_the_oom_risk_under_its_stated_threshold(server):
-    """One answer to "does it fit": fits is oom_risk <= 0.1 (the whole 80% memory interval fits), and no second
-    head (the network's own out-of-memory classifier) is answered beside it. On a device between the predicted peak
-    and its interval's upper end the plan does not fit, though its point would."""
+    """One answer to "does it fit": fits is oom_risk <= 0.1 (the whole 80% memory interval fits, with what a GPU
+    holds beyond its tensors), and no second head (the network's own out-of-memory classifier) is answered beside
+    it. On a device that holds the interval's upper end but not what a GPU adds to it, or between the predicted
+    peak and that end, the plan does not fit, though its point would."""
     plan = [PLANS[0]]
     p = server.predict(WORKLOAD, CLUSTER, plan)["predictions"][0]
     assert "oom_prob" not in p
     point, (_, hi) = p["peak_mem_bytes"], p["peak_mem_interval_bytes"]
     assert point < hi
-    for capacity, fits in ((int(hi * 1.05), True), (int((point * hi) ** 0.5), False), (int(point * 0.9), False)):
+    on_gpu = [on_device(b, "cuda") for b in (hi, (point * hi) ** 0.5)]
+    cases = ((on_gpu[0] * 1.05, True), (hi * 1.05, False), (on_gpu[1], False), (point * 0.9, False))
+    for capacity, fits in ((int(c), f) for c, f in cases):
         q = server.predict(WORKLOAD, {**CLUSTER, "memory_bytes": capacity}, plan)["predictions"][0]
         assert q["fits"] is fits and (q["oom_risk"] <= 0.1) is fits, (capacity, q["oom_risk"])
 
