@@ -46,6 +46,7 @@ class BlockCosts:
     attn_gemm_share: float = 1.0  # the projections' share of the attention's FLOPs (what FP8 speeds up)
     a2a_bytes: float = 0.0  # expert parallelism's all-to-all, one direction, one MoE layer-equivalent
     ring_bytes: float = 0.0  # context parallelism: the key/value shard one ring step passes on
+    mlp_grad_bytes: float = 0.0  # held at once by one layer's MLP backward beyond what it keeps (layers.mlp_grad_bytes)
 
 
 def dtype_bytes(w: Workload) -> int:
@@ -81,7 +82,18 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         attn_gemm_share=shape.attn_gemm_share,
         a2a_bytes=tokens * shape.a2a_elements * db,
         ring_bytes=tokens * shape.ring_elements * db if plan.cp_enabled else 0.0,
+        mlp_grad_bytes=max(tokens * shape.mlp_grad_bytes * db / 2, expert_grad_stack_bytes(w, plan)),
     )
+
+
+def expert_grad_stack_bytes(w: Workload, plan: Plan) -> float:
+    """What a MoE layer's backward holds while it stacks its experts' weight gradients: the collector's experts
+    take their weights by unbind (collect.workloads.moe), so each expert's three gradients wait for the last
+    expert's, then each stacked weight's gradient is made beside them: 4/3 of the layer's local experts."""
+    if not w.moe_layers:
+        return 0.0
+    experts = w.experts / plan.ep * 3 * w.hidden * w.expert_ffn_hidden / plan.expert_tp
+    return 4 / 3 * experts * grad_dtype_bytes(w, plan)
 
 
 def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, float]:

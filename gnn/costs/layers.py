@@ -52,6 +52,7 @@ class LayerShape:
     attn_gemm_share: float  # of the attention's FLOPs, the projections' (FP8 runs them; not the fused core)
     a2a_elements: float  # per token, one direction of expert parallelism's all-to-all (dispatch or combine)
     ring_elements: float  # per token, the key/value shard a ring-attention step passes on
+    mlp_grad_bytes: float = 0.0  # what the MLP's backward holds at once beyond the kept bytes (mlp_grad_bytes below)
 
 
 def layer_shape(w: Workload, plan: Plan) -> LayerShape:
@@ -65,7 +66,8 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
         # the norms (as llama's), the core's q, k, v and output, fc1's output and GELU's
         act = _norm_bytes(d, plan) + 2 * 4 * d / t + 2 * 8 * d / t
         params = params / t + 13 * d
-        return LayerShape(attn_flops, 16 * d * d / t, act, selective, params, 0.0, 1 / 3, gemm, 0.0, ring)
+        grads = 2 * 2 * 4 * d / t  # fc1's and GELU's outputs' gradients
+        return LayerShape(attn_flops, 16 * d * d / t, act, selective, params, 0.0, 1 / 3, gemm, 0.0, ring, grads)
     a = w.attention
     attn_params = a.replicated_params + a.split_params / t  # MLA's down-projections are whole on every tp rank
     attn_flops = 2 * attn_params + a.core_flops(s, t, w.layers)
@@ -89,7 +91,9 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     selective = 2 * (_input(d, plan) + a.latent + (a.q + a.k + a.v + a.out) / t + d) + mlp_selective
     params = attn_params + mlp_params
     experts = moe * w.experts / plan.ep * 3 * d * w.expert_ffn_hidden / plan.expert_tp if moe else 0.0
-    return LayerShape(attn_flops, mlp_flops, act, selective, params, experts, attn_params / params, gemm, a2a, ring)
+    grads = mlp_grad_bytes(w, plan)
+    shape = (attn_flops, mlp_flops, act, selective, params, experts, attn_params / params, gemm, a2a, ring, grads)
+    return LayerShape(*shape)
 
 
 def _input(d: int, plan: Plan) -> float:
@@ -116,6 +120,21 @@ def _moe_mlp(w: Workload, plan: Plan) -> tuple[float, float, float, float]:
         2 * (w.experts + w.top_k * (2 * ffn / et + d) * et / t + (2 * w.top_k * d * et / t if plan.ep > 1 else 0))
         + (2 * (2 * w.shared_experts * ffn / t + d) if w.shared_experts else 0.0),
     )
+
+
+def mlp_grad_bytes(w: Workload, plan: Plan) -> float:
+    """Per token, bytes at 2-byte precision that one layer's MLP backward holds at once beyond what the layer keeps:
+    a SwiGLU's product, silu and w3 outputs' gradients (3 ffn; the fake trace's peak of a middle pipeline stage
+    falls there). A MoE layer runs its experts one after another (collect.workloads.moe, a loop, not a grouped
+    GEMM), each over its share of the routed token slots, and its shared experts apart: the larger of the two. The
+    largest over the layers, dense and MoE alike, as only one layer's backward runs at a time."""
+    t, ffn = plan.tp, w.expert_ffn_hidden
+    dense = 2 * 3 * w.dense_ffn / t if w.moe_layers < w.layers else 0.0
+    if not w.moe_layers:
+        return dense
+    local = w.experts // plan.ep
+    routed = 2 * 3 * w.top_k * ffn / (t * local) * (w.expert_imbalance if plan.ep > 1 else 1.0)
+    return max(dense, routed, 2 * 3 * w.shared_experts * ffn / t)
 
 
 def _norm_bytes(d: int, plan: Plan) -> float:

@@ -13,6 +13,7 @@ from gnn.costs.analytic import (
     dtype_bytes,
     gathered_expert_room,
     gathered_layer_room,
+    grad_dtype_bytes,
     stage_params,
     state_bytes,
     stepped_params,
@@ -32,9 +33,12 @@ class StageMemory:
         return plan.pp > 1 and plan.data_ranks > 1 and plan.fsdp_enabled
 
     def grad_bytes(self, stage: int) -> float:
-        """The gradients a stage's first backward allocates: unsharded while pipelining defers FSDP's sync."""
-        grads = self.state(stage)["grad"]
-        return grads * self.plan.data_ranks if self.pipelined_fsdp() else grads
+        """The gradients a stage's first backward allocates: unsharded while pipelining defers FSDP's sync, each
+        weight's whole gradient, the routed experts' those of this ep rank's experts (not the data ranks' multiple
+        of their shard: that counted every ep rank's experts)."""
+        if not self.pipelined_fsdp():
+            return self.state(stage)["grad"]
+        return self.params(stage) * grad_dtype_bytes(self.w, self.plan)
 
     def grads_written_at_gather(self, stage: int) -> float:
         """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1
@@ -97,6 +101,15 @@ class StageMemory:
         through each pass)."""
         plan = self.plan
         return self.root_bytes(stage) if plan.reshard_after_forward else 0.0
+
+    def gathered_in_pipelined_backward(self, stage: int, prefetch: int, activations: float) -> float:
+        """Unit bytes gathered at a pipelined backward's peak beyond its forward's ``activations``. Nothing reshards
+        after it: each block's unit stays gathered as the block's activations are freed, so its first block runs
+        with every unit gathered and only its own activations left (and the next forward reshards as it goes). The
+        larger of that and the backward's start, ``prefetch`` units beside all the activations."""
+        blocks, unit = self.stage_layers[stage], self.unit_bytes(stage)
+        freed = activations * (blocks - 1) / max(blocks, 1)
+        return max(min(prefetch, blocks) * unit, blocks * unit - freed)
 
     def fsdp_units(self, stage: int) -> int:
         """FSDP2 units of a stage, each gathered and reduce-scattered by its own collective: every block, and the

@@ -187,7 +187,8 @@ class PassCompiler:
             last = self._layer_comm(rows, last, stage, "backward", "tp_comm")
             if kind == "mlp":
                 last = self._layer_comm(rows, last, stage, "backward", "ep_a2a")
-            last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops)
+            held = c.mlp_grad_bytes if kind == "mlp" else 0.0  # the MLP's activations' gradients, at once
+            last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops, transient_bytes=held)
             last = self._layer_comm(rows, last, stage, "backward", _AFTER[kind])
         if stage == 0:
             last = rows.add(last, "embed", "backward", stage)
@@ -262,8 +263,9 @@ class PassCompiler:
         full, plan = self.memory.stage_bytes(stage), self.plan
         keep = plan.sharding == "fsdp_grad_op" and phase == "forward"
         prefetch = 2 if phase == "backward" and plan.data_ranks > 1 else 1
-        if phase == "backward" and plan.pp > 1:
-            prefetch = self.stage_layers[stage]  # nothing reshards after a backward: the stage ends it gathered
+        gathered = prefetch * self.memory.unit_bytes(stage)
+        if phase == "backward" and plan.pp > 1:  # nothing reshards after a pipelined backward
+            gathered = self.memory.gathered_in_pipelined_backward(stage, prefetch, self._activations(stage))
         staging = self.memory.unit_bytes(stage) if self.gloo and plan.data_ranks > 1 else 0.0
         units = self.memory.fsdp_units(stage)
         return rows.add(
@@ -276,7 +278,7 @@ class PassCompiler:
             group=plan.data_ranks,
             crosses_node=self.dp_cross,
             alloc_bytes=full if keep else self.memory.gathered_root(stage),
-            transient_bytes=staging + (0.0 if keep else prefetch * self.memory.unit_bytes(stage)),
+            transient_bytes=staging + (0.0 if keep else gathered),
         )
 
     def _layer_comm(self, rows: PassRows, after: int | None, stage: int, phase: str, kind: str) -> int | None:

@@ -25,3 +25,11 @@ def test_the_median_plan_of_each_family_is_within_3_percent(errors, family):
 @pytest.mark.parametrize("family", ["llama", "gpt", "moe"])
 def test_nine_plans_in_ten_are_within_8_percent(errors, family):
     assert np.quantile(errors[ROWS["family"] == family], 0.9) <= 0.08
+
+
+def test_nine_pipelined_plans_in_ten_are_within_8_percent(errors):
+    """A pipelined FSDP stage keeps its gradients unsharded (its ep rank's experts, not every data rank's shard of
+    them: Qwen3-235B's stages were 19-70% over) and its units gathered as its activations are freed."""
+    pipelined = ROWS["pp"] > 1
+    assert pipelined.sum() >= 20
+    assert np.quantile(errors[pipelined], 0.9) <= 0.08
