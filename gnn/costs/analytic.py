@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from collect.schema import DTYPE_BYTES, Plan, Workload
 from gnn.costs.gpu import QUANTISED_BYTES
-from gnn.costs.layers import layer_matrices, layer_shape
+from gnn.costs.layers import layer_matrices, layer_shape, local_expert_params
 
 FP32_BYTES = 4  # an fp32 master weight or gradient
 
@@ -92,8 +92,7 @@ def expert_grad_stack_bytes(w: Workload, plan: Plan) -> float:
     expert's, then each stacked weight's gradient is made beside them: 4/3 of the layer's local experts."""
     if not w.moe_layers:
         return 0.0
-    experts = w.experts / plan.ep * 3 * w.hidden * w.expert_ffn_hidden / plan.expert_tp
-    return 4 / 3 * experts * grad_dtype_bytes(w, plan)
+    return 4 / 3 * local_expert_params(w, plan) * grad_dtype_bytes(w, plan)
 
 
 def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, float]:

@@ -90,10 +90,16 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     # selective: the projections' outputs (the latents whole), the core's output, the output projection's whole
     selective = 2 * (_input(d, plan) + a.latent + (a.q + a.k + a.v + a.out) / t + d) + mlp_selective
     params = attn_params + mlp_params
-    experts = moe * w.experts / plan.ep * 3 * d * w.expert_ffn_hidden / plan.expert_tp if moe else 0.0
+    experts = moe * local_expert_params(w, plan) if moe else 0.0
     grads = mlp_grad_bytes(w, plan)
     shape = (attn_flops, mlp_flops, act, selective, params, experts, attn_params / params, gemm, a2a, ring, grads)
     return LayerShape(*shape)
+
+
+def local_expert_params(w: Workload, plan: Plan) -> float:
+    """The routed experts' weights of one MoE layer on one rank: ep splits the experts, expert_tp each one's
+    matrices (three of hidden x expert_ffn_hidden)."""
+    return w.experts / plan.ep * 3 * w.hidden * w.expert_ffn_hidden / plan.expert_tp
 
 
 def _input(d: int, plan: Plan) -> float:
