@@ -11,7 +11,7 @@ MODEL  ?= models:/plansight@champion
 WORKLOAD ?= experiments/requests/gpt-20l-1536.json
 CLUSTER  ?= a100-80gb
 .PHONY: help install engines browser lint test test-unit test-collect test-gnn test-serve test-engines collect dataset evaluate \
-        train ship-champion tune bench serve mlflow-serve search render demo clean
+        train ship-champion recalibrate tune bench serve mlflow-serve search render demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ train: install ## train the GNN ensemble on all/random, log to MLflow (MLFLOW_TR
 
 ship-champion: install ## write $(MODEL) to models/champion (weights, data/code versions, reference predictions, the new-cluster calibration)
 	$(PY) -m gnn.tracking.shipped export --model $(MODEL) --new-source experiments/results/loso_rows.csv
+
+recalibrate: install ## refit models/champion's new-cluster calibration on experiments/results/loso_rows.csv (weights unchanged)
+	$(PY) -m gnn.tracking.shipped recalibrate --new-source experiments/results/loso_rows.csv
 
 tune: install ## Optuna search of the GNN's hyper-parameters (sqlite:///optuna.db, resumable; TRIALS=20)
 	$(PY) -m gnn.tune --trials $${TRIALS:-20}

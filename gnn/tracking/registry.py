@@ -108,6 +108,19 @@ def register(
     raise RuntimeError(f"the {CHAMPION} alias of {MODEL_NAME} kept moving over {SETTLE_READS} reads")
 
 
+def unreadable_champion(client: mlflow.MlflowClient) -> float | None:
+    """inf where the registered champion is one this code cannot load (any model replaces it); None where there is
+    none, or it loads (its recorded metric stands)."""
+    version = _champion(client)
+    if version is None:
+        return None
+    try:
+        load_registered(f"models:/{MODEL_NAME}@{CHAMPION}", f"{version.source}@{version.run_id}")
+    except ValueError:
+        return float("inf")
+    return None
+
+
 def _champion(client: mlflow.MlflowClient):
     try:
         return client.get_model_version_by_alias(MODEL_NAME, CHAMPION)

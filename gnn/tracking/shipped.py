@@ -4,6 +4,7 @@ trained on, and its predictions for a few fixed plans on this code).
 
     python -m gnn.tracking.shipped export      # make ship-champion: the registered champion -> models/champion
     python -m gnn.tracking.shipped register    # models/champion -> the tracking store's champion
+    python -m gnn.tracking.shipped recalibrate --new-source ROWS.csv   # make recalibrate: its new-cluster calibration
 
 A fresh clone has no registered model: serve.api.load_predictor registers the shipped one into the embedded
 store on first use, unless this code makes other features than it was trained on (then a training replaces
@@ -136,16 +137,14 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED, new_source_rows: Path |
     predictor = BatchPredictor.load(out / "predictor.pt", default_hardware_dir())  # predict as it will be read
     member = predictor.ensemble.members[0]
     config = member.config
-    reference = reference_specs()
-    for ref, prediction in zip(reference, predict_reference(predictor, reference)):
-        ref["prediction"] = prediction
+    reference = _predicted(predictor, reference_specs())
     params = run.data.params
     meta = {
         "model_uri": uri,
         "registered_model": info["name"],
         "version": info["version"],
         "run_id": info["run_id"],
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "exported_at": _now(),
         "code": {**_git(), "trained_at": run.data.tags.get("mlflow.source.git.commit")},
         "dataset_version": params.get("dataset_version"),
         "feature_version": params.get("feature_version"),
@@ -158,6 +157,30 @@ def export(uri: str = CHAMPION_URI, out: Path = SHIPPED, new_source_rows: Path |
     }
     (out / "champion.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
+
+
+def recalibrate(new_source_rows: Path, folder: Path = SHIPPED) -> Path:
+    """The shipped model's new-cluster calibration refitted on leave-one-source-out rows (experiments.sources.loso's),
+    its weights unchanged: predictor.pt's and champion.json's calibration and reference predictions rewritten, so a
+    leave-one-source-out run ships without a retraining (make recalibrate)."""
+    predictor = BatchPredictor.load(folder / "predictor.pt", default_hardware_dir())
+    predictor.info["new_source"] = new_source.fit(pd.read_csv(new_source_rows))
+    predictor.save(folder / "predictor.pt")
+    predictor = BatchPredictor.load(folder / "predictor.pt", default_hardware_dir())  # predict as it will be read
+    meta = json.loads((folder / "champion.json").read_text())
+    meta |= {"new_source": predictor.info["new_source"], "reference": _predicted(predictor, meta["reference"])}
+    meta["recalibrated"] = {"at": _now(), "code": _git(), "rows": str(new_source_rows)}
+    (folder / "champion.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return folder
+
+
+def _predicted(predictor: BatchPredictor, reference: list[dict]) -> list[dict]:
+    """The reference plans with this model's predictions of them."""
+    return [{**ref, "prediction": p} for ref, p in zip(reference, predict_reference(predictor, reference))]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _git() -> dict:
@@ -190,7 +213,7 @@ def register_shipped(folder: Path = SHIPPED) -> bool:
         return False
     import mlflow  # lazy: loading a shipped or registered model needs no MLflow
 
-    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register  # lazy: it imports MLflow
+    from gnn.tracking.registry import CHAMPION, MODEL_NAME, register, unreadable_champion  # lazy: MLflow
     from gnn.tracking.runs import setup  # lazy: as registry
 
     sha = hashlib.sha256((folder / "predictor.pt").read_bytes()).hexdigest()
@@ -204,7 +227,7 @@ def register_shipped(folder: Path = SHIPPED) -> bool:
             if v.run_id in logged:
                 print(f"the shipped champion is already registered as models:/{MODEL_NAME}/{v.version}")
                 return True
-        current = _champion_now(client, MODEL_NAME, CHAMPION)
+        current = unreadable_champion(client)
         value = float(meta["metrics"]["val_selection"])
         with mlflow.start_run(run_name=RUN_NAME) as run:
             mlflow.set_tags({SHA_TAG: sha, "shipped_from_run": meta["run_id"]})
@@ -236,23 +259,6 @@ def _log_model(predictor: BatchPredictor):
     return log_model(predictor, pd.read_parquet(EXAMPLE_RUNS).head(2))
 
 
-def _champion_now(client, name: str, alias: str) -> float | None:
-    """The value a champion this code cannot load competes at (inf: any model replaces it); None: its record."""
-    import mlflow  # lazy: as in register_shipped
-
-    from gnn.tracking.registry import load_registered  # lazy: it imports MLflow
-
-    try:
-        version = client.get_model_version_by_alias(name, alias)
-    except mlflow.exceptions.MlflowException:  # no such model or alias: no champion
-        return None
-    try:
-        load_registered(f"models:/{name}@{alias}", f"{version.source}@{version.run_id}")
-    except ValueError:
-        return float("inf")
-    return None
-
-
 @contextlib.contextmanager
 def _lock():
     """One registration at a time on this machine, so a second finds the first's version."""
@@ -271,11 +277,15 @@ def main() -> None:
     ex.add_argument("--new-source", type=Path, metavar="ROWS.csv", help="ship the leave-one-source-out calibration "
                     "fitted on these rows (experiments/results/loso_rows.csv) with the model")  # fmt: skip
     sub.add_parser("register", help="register models/champion in the tracking store (MLFLOW_TRACKING_URI)")
+    re = sub.add_parser("recalibrate", help="refit models/champion's new-cluster calibration, weights unchanged")
+    re.add_argument("--new-source", type=Path, metavar="ROWS.csv", required=True)
     args = parser.parse_args()
     if args.command == "export":
         out = export(args.model, args.out, args.new_source)
         sizes = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in sorted(out.iterdir()))
         print(f"exported {args.model} to {out} ({sizes})")
+    elif args.command == "recalibrate":
+        print(f"recalibrated {recalibrate(args.new_source)} on {args.new_source}")
     elif not register_shipped():
         raise SystemExit(1)
 

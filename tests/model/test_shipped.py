@@ -8,10 +8,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from collect import REPO
+from gnn.inference import new_source
 from gnn.inference.predictor import BatchPredictor
-from gnn.tracking.shipped import SHIPPED, local_store, reference_problems, register_shipped
+from gnn.tracking.shipped import SHIPPED, local_store, recalibrate, reference_problems, register_shipped
 
 STALE = "the shipped champion (models/champion) is stale for this code: run `make train`, then `make ship-champion`"
 
@@ -26,6 +28,26 @@ def assert_current(folder):
 
 def test_the_shipped_champion_reproduces_its_reference_predictions():
     assert_current(SHIPPED)
+
+
+def test_recalibrating_refits_the_new_cluster_calibration_and_keeps_the_weights(tmp_path):
+    """make recalibrate: leave-one-source-out rows (here without vTrain's, so the calibration moves) refit what a
+    GPU cluster never trained on is told, the weights stay, and the reference predictions are the new ones."""
+    import pandas as pd  # lazy: only this test reads the rows
+
+    for name in ("predictor.pt", "champion.json"):
+        shutil.copy(SHIPPED / name, tmp_path / name)
+    rows = pd.read_csv(REPO / "experiments" / "results" / "loso_rows.csv")
+    rows[rows["source"] != "vtrain"].to_csv(tmp_path / "rows.csv", index=False)
+    recalibrate(tmp_path / "rows.csv", tmp_path)
+    want = new_source.fit(pd.read_csv(tmp_path / "rows.csv"))
+    meta = json.loads((tmp_path / "champion.json").read_text())
+    before, after = (BatchPredictor.load(f / "predictor.pt") for f in (SHIPPED, tmp_path))
+    assert after.info["new_source"] == meta["new_source"] == want != before.info["new_source"]
+    weights = (after.ensemble.state_dict(), before.ensemble.state_dict())
+    torch.testing.assert_close(*weights, rtol=0, atol=0, equal_nan=True)  # NaN: a prior no sitting could give
+    assert meta["recalibrated"]["rows"] == str(tmp_path / "rows.csv")
+    assert_current(tmp_path)
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "experiments" / "requests" / "predict").glob("torchtitan-*.json")))
