@@ -1,7 +1,7 @@
 """Leave one source out: train without a whole source (one cluster and framework, or one public table), predict
 every run of it, keep the residuals.
 
-    python -m experiments.sources.loso [--sources playbook vtrain ...] [--members 1]
+    python -m experiments.sources.loso [--sources playbook vtrain ...] [--members 3]
 
 A user's cluster is never one we trained on. What the intervals should say there is learned from how wrong a model
 is on a source it never saw (gnn.dataset.splits.source_splits: each GPU source with 20 timed runs), not from
@@ -57,7 +57,7 @@ def held_out_rows(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig) -> 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", nargs="*", help="hold out only these (default: every source with 20 timed runs)")
-    parser.add_argument("--members", type=int, default=1, help="members per model (default 1: one per source)")
+    parser.add_argument("--members", type=int, default=3, help="members per model (default 3: as the served ensemble)")
     parser.add_argument("--out", default=str(ROWS))
     args = parser.parse_args(argv)
     ds = PlanGraphs()
