@@ -3,9 +3,9 @@
     python -m collect.fake.sweep SWEEP.yaml [--out data/fake] [--limit N] [--workers 1] [--timeout-s 1800]
 
 The sweep's points (collect.sweep: its explicit points, or those its sampler draws; no repeats, a trace is
-deterministic) are traced one pipeline stage at a time, the stage's first rank in a process of its own
-(collect.fake.trace): with tensor, data and expert parallelism balanced, every rank of a stage holds what its first
-does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it ends: resumable, and
+deterministic; none another sweep of <out> already traced) are traced one pipeline stage at a time, the stage's first
+rank in a process of its own (collect.fake.trace): with tensor, data and expert parallelism balanced, every rank of a
+stage holds what its first does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it ends: resumable, and
 nothing is lost to a crash, Ctrl-C or `kill`, each of which kills the traces it stops), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
@@ -168,7 +168,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     counts = {"ok": 0, "error": 0, "timeout": 0}
     with store.writing():
         done = store.done_ids()
-        todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done]
+        elsewhere = _traced_elsewhere(out_dir, spec.name)
+        todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done | elsewhere]
         # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space
         todo = random.Random(spec.seed).sample(todo, len(todo))[:limit]
         (out_dir / f"{spec.name}.sweep.json").write_text(spec.model_dump_json(indent=2))
@@ -188,7 +189,13 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
         store.compact()
-    return {"traced": sum(counts.values()), **counts, "skipped_done": len(done)}
+    return {"traced": sum(counts.values()), **counts, "skipped_done": len(done), "traced_elsewhere": len(elsewhere)}
+
+
+def _traced_elsewhere(out_dir: Path, name: str) -> set[str]:
+    """Plans another sweep of `out_dir` traced: a second seeded draw of one space traces only what is new."""
+    others = [p for p in sorted(out_dir.glob("*.parquet")) if p.stem != name]
+    return set().union(*(ResultStore(p).done_ids() for p in others))
 
 
 _NOT_TRACED_DEPTHS = {"traced_depths": [], "depth_miss": None, "depth_fallbacks": None}
