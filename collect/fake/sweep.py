@@ -5,8 +5,8 @@
 The sweep's points (collect.sweep: its explicit points, or those its sampler draws; no repeats, a trace is
 deterministic; none another sweep of <out> already traced) are traced one pipeline stage at a time, the stage's first
 rank in a process of its own (collect.fake.trace): with tensor, data and expert parallelism balanced, every rank of a
-stage holds what its first does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it ends: resumable, and
-nothing is lost to a crash, Ctrl-C or `kill`, each of which kills the traces it stops), with
+stage holds what its first does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it
+ends: resumable, and nothing is lost to a crash, Ctrl-C or `kill`, each of which kills the traces it stops), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
