@@ -28,7 +28,7 @@ from gnn.dataset.rows import FAKE_FINGERPRINT, load_fake
 from gnn.dataset.splits import random_test
 from serve.api import load_predictor
 
-GROUPS = ["family", "model", "world_size"]
+GROUPS = ["family", "model", "world_size", "sweep_id"]  # a sweep traced after the model was trained: all unseen
 
 
 def compared(rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
@@ -40,6 +40,7 @@ def compared(rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
             "family": rows["family"],
             "model": model,
             "world_size": rows["world_size"],
+            "sweep_id": rows["sweep_id"],
             "error": predicted["peak_mem_bytes"].to_numpy() / traced - 1,
             "inside": (predicted["peak_mem_lo_bytes"].to_numpy() <= traced)
             & (traced <= predicted["peak_mem_hi_bytes"].to_numpy()),
