@@ -116,6 +116,10 @@ class SweepSpec(BaseModel):
     acquisition: Literal["active", "uncertainty", "random"] = "active"
     """Active sampler: how a batch is chosen (collect.active.select_batch); ``random`` is the baseline."""
     seed: int = 0
+    skip_traced_by: list[str] = []
+    """Fake sweeps (collect.fake.sweep): other sweeps of the same output folder whose traced plans this one does not
+    trace again, so that a second seeded draw of a space adds only new plans. A sweep renamed to trace again after a
+    fix names none."""
     repeat_fraction: float = Field(default=0.1, ge=0, le=1)
     repeat_count: int = Field(default=3, ge=2)
     """Total measurements of each repeated point."""

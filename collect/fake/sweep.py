@@ -3,10 +3,11 @@
     python -m collect.fake.sweep SWEEP.yaml [--out data/fake] [--limit N] [--workers 1] [--timeout-s 1800]
 
 The sweep's points (collect.sweep: its explicit points, or those its sampler draws; no repeats, a trace is
-deterministic; none another sweep of <out> already traced) are traced one pipeline stage at a time, the stage's first
-rank in a process of its own (collect.fake.trace): with tensor, data and expert parallelism balanced, every rank of a
-stage holds what its first does. Each plan is a row of <out>/<name>.parquet through the ResultStore (journalled as it
-ends: resumable, and nothing is lost to a crash, Ctrl-C or `kill`, each of which kills the traces it stops), with
+deterministic; none that the sweeps its skip_traced_by names traced into <out>) are traced one pipeline stage at a
+time, the stage's first rank in a process of its own (collect.fake.trace): with tensor, data and expert parallelism
+balanced, every rank of a stage holds what its first does. Each plan is a row of <out>/<name>.parquet through the
+ResultStore (journalled as it ends: resumable, and nothing is lost to a crash, Ctrl-C or `kill`, each of which kills
+the traces it stops), with
 - ``peak_mem_method`` "fake", never a measured method; ``peak_mem_bytes_per_rank`` the traced stages' peaks,
   ``traced_ranks`` their ranks; ``peak_mem_bytes`` their maximum;
 - no time: ``iter_time_s`` is empty; ``trace_cpu_s`` the CPU seconds the traces took, ``wall_s`` their wall time;
@@ -168,7 +169,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     counts = {"ok": 0, "error": 0, "timeout": 0}
     with store.writing():
         done = store.done_ids()
-        elsewhere = _traced_elsewhere(out_dir, spec.name)
+        elsewhere = traced_by(out_dir, spec.skip_traced_by)
         todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done | elsewhere]
         # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space
         todo = random.Random(spec.seed).sample(todo, len(todo))[:limit]
@@ -192,10 +193,12 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     return {"traced": sum(counts.values()), **counts, "skipped_done": len(done), "traced_elsewhere": len(elsewhere)}
 
 
-def _traced_elsewhere(out_dir: Path, name: str) -> set[str]:
-    """Plans another sweep of `out_dir` traced: a second seeded draw of one space traces only what is new."""
-    others = [p for p in sorted(out_dir.glob("*.parquet")) if p.stem != name]
-    return set().union(*(ResultStore(p).done_ids() for p in others))
+def traced_by(out_dir: Path, sweeps: list[str]) -> set[str]:
+    """The plans ``sweeps`` (SweepSpec.skip_traced_by) traced into ``out_dir``."""
+    missing = [name for name in sweeps if not (out_dir / f"{name}.parquet").exists()]
+    if missing:
+        raise SystemExit(f"error: skip_traced_by names {', '.join(missing)}, which {out_dir} does not hold")
+    return set().union(*(ResultStore(out_dir / f"{name}.parquet").done_ids() for name in sweeps))
 
 
 _NOT_TRACED_DEPTHS = {"traced_depths": [], "depth_miss": None, "depth_fallbacks": None}

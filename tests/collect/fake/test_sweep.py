@@ -39,8 +39,12 @@ def test_rows_are_fake_peaks_per_stage_and_a_resume_traces_nothing_again(tmp_pat
     assert json.loads((tmp_path / "fake-test.sweep.json").read_text())["name"] == "fake-test"
     again = run_sweep(spec, tmp_path, limit=None, workers=1, timeout_s=600)
     assert again["traced"] == 0 and again["skipped_done"] == 2
-    second_draw = run_sweep(_sweep("fake-test-2", sharded), tmp_path, limit=None, workers=1, timeout_s=600)
-    assert second_draw["traced"] == 0 and second_draw["traced_elsewhere"] == 2
+    second_draw = _sweep("fake-test-2", sharded).model_copy(update={"skip_traced_by": ["fake-test"]})
+    skipped = run_sweep(second_draw, tmp_path, limit=None, workers=1, timeout_s=600)
+    assert skipped["traced"] == 0 and skipped["traced_elsewhere"] == 2
+    unknown = _sweep("fake-test-3", sharded).model_copy(update={"skip_traced_by": ["fake-nothing"]})
+    with pytest.raises(SystemExit, match="skip_traced_by names fake-nothing"):
+        run_sweep(unknown, tmp_path, limit=None, workers=1, timeout_s=60)
 
 
 def test_a_plan_the_collector_does_not_run_as_written_is_an_error_row_not_a_trace(tmp_path):
