@@ -113,7 +113,7 @@ def measured_again(done: list[dict], plans: int, repeats: int) -> dict[str, list
     """Each traced plan's per-rank peaks measured ``repeats`` times on this code (resumable: the journal's lines of
     this code count). FSDP's peak over gloo moves with its threads' timing (6.6% over three runs of one plan)."""
     rerun, again = RESULTS / "fake_vs_rerun.jsonl", defaultdict(list)
-    for run_id, peaks, *code in _journal(rerun):
+    for run_id, peaks, *code in read_journal(rerun):
         if code == [CODE]:
             again[run_id].append(peaks)
     rows = {r["run_id"]: r for _, r in drawn(measured_rows(), plans).iterrows()}
@@ -125,7 +125,7 @@ def measured_again(done: list[dict], plans: int, repeats: int) -> dict[str, list
     return again
 
 
-def _journal(path: Path) -> list:
+def read_journal(path: Path) -> list:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per plan: each rank's median is compared")
     args = parser.parse_args()
     journal = RESULTS / "fake_vs_real.jsonl"
-    done = [r for r in _journal(journal) if r.get("code") == CODE]
+    done = [r for r in read_journal(journal) if r.get("code") == CODE]
     seen = {r["run_id"] for r in done}
     todo = [row for _, row in drawn(measured_rows(), args.plans).iterrows() if row["run_id"] not in seen]
     with open(journal, "a") as out, ThreadPoolExecutor(args.workers) as pool:

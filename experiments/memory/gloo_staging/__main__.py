@@ -13,7 +13,8 @@ from tqdm import tqdm
 
 from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
-from experiments.memory.fake import CODE, RESULTS, _journal, compared, measured_rows
+from experiments.memory import gloo_staging
+from experiments.memory.fake import CODE, RESULTS, compared, measured_rows, read_journal
 
 SHIM = Path(__file__).parent  # holds sitecustomize.py
 OUT = RESULTS / "gloo_staging.json"
@@ -21,17 +22,17 @@ OUT = RESULTS / "gloo_staging.json"
 
 def proof_code() -> str:
     """The code of the proof's latest traces (experiments.memory.fake's CODE when it ran)."""
-    return _journal(RESULTS / "fake_vs_real.jsonl")[-1]["code"]
+    return read_journal(RESULTS / "fake_vs_real.jsonl")[-1]["code"]
 
 
 def off_ranks(over: float, code: str) -> list[dict]:
     """The proof's traced ranks more than ``over`` from the median of their re-measurements, both of ``code``."""
     again: dict[str, list] = {}
-    for run_id, peaks, *made_by in _journal(RESULTS / "fake_vs_rerun.jsonl"):
+    for run_id, peaks, *made_by in read_journal(RESULTS / "fake_vs_rerun.jsonl"):
         if made_by == [code]:
             again.setdefault(run_id, []).append(peaks)
     out = []
-    for plan in _journal(RESULTS / "fake_vs_real.jsonl"):
+    for plan in read_journal(RESULTS / "fake_vs_real.jsonl"):
         if plan.get("code") != code or "error" in plan or plan["run_id"] not in again:
             continue
         for rank in plan["ranks"]:
@@ -77,7 +78,7 @@ def summary(ranks: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=gloo_staging.__doc__.split("\n\n")[0])
     parser.add_argument("--over", type=float, default=0.01, help="ranks further than this from their trace")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
