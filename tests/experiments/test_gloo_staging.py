@@ -1,11 +1,11 @@
 """experiments.memory.gloo_staging's shim: FSDP2's two collectives on gloo, in place, give what gloo's give."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from collect.launch.pool import _free_port
 from experiments.memory.gloo_staging.__main__ import SHIM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,10 +24,7 @@ dist.destroy_process_group()
 
 
 def _run(in_place: bool) -> list[str]:
-    with socket.socket() as s:  # a port nobody holds now
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env["PYTHONPATH"] = os.pathsep.join([str(SHIM), str(REPO)] if in_place else [str(REPO)])
     env.pop("PLANSIGHT_GLOO_IN_PLACE", None)
     if in_place:

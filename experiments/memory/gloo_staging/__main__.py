@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 from tqdm import tqdm
@@ -43,17 +43,10 @@ def off_ranks(over: float, code: str) -> list[dict]:
     return out
 
 
-@contextmanager
 def in_place_collectives():
     """The collector's ranks, spawned inside, load the shim: their environment is this process's at spawn."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PLANSIGHT_GLOO_IN_PLACE")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM), saved["PYTHONPATH"]) if p)
-    os.environ["PLANSIGHT_GLOO_IN_PLACE"] = "1"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    path = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p)
+    return patch.dict(os.environ, {"PYTHONPATH": path, "PLANSIGHT_GLOO_IN_PLACE": "1"})
 
 
 def measure_in_place(ranks: list[dict], repeats: int) -> None:
