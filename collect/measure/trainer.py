@@ -34,14 +34,15 @@ class PlanTrainer:
         plan = spec.plan
         self.mesh = build_mesh(plan, device.type) if mesh is None else mesh
         meta = meta_modules(spec, self.mesh) if meta is None else meta
+        backend = spec.cluster.backend
         if plan.pp_enabled:
-            self.stages = {s: parallelize(module, self.mesh, plan, device) for s, module in meta.items()}
+            self.stages = {s: parallelize(module, self.mesh, plan, device, backend) for s, module in meta.items()}
             self.schedule, self.pipeline_stages = build_schedule(
                 self.stages, plan, self.mesh["pp"], device, cross_entropy_loss
             )
             modules = list(self.stages.values())
         else:
-            self.model = parallelize(meta[None], self.mesh, plan, device)
+            self.model = parallelize(meta[None], self.mesh, plan, device, backend)
             modules = [self.model]
         params = [p for m in modules for p in m.parameters()]
         self.optimizer = build_optimizer(params, plan.sharding, self.mesh["dp"])

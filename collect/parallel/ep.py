@@ -13,7 +13,6 @@ whole, twice its share).
 
 from __future__ import annotations
 
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
@@ -29,12 +28,15 @@ def apply_ep(model: nn.Module, ep_mesh: DeviceMesh) -> None:
         moe.shard_experts(ep_mesh)
 
 
-def shard_experts_fsdp(model: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> None:
-    """Before the blocks are sharded, so a block's own fully_shard leaves its experts to this one."""
+def shard_experts_fsdp(model: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool, backend: str) -> None:
+    """Before the blocks are sharded, so a block's own fully_shard leaves its experts to this one. ``backend``: the
+    one the plan's ranks talk over (cluster.backend), not the process group's, which a trace's fake group is not."""
     group = mesh["dp_mod_ep"]
     for moe in moe_layers(model):
         few = moe.experts.w1.shape[0] < group.size()
         placement = (lambda param: Shard(1)) if few else None
         fully_shard(moe.experts, mesh=group, reshard_after_forward=reshard_after_forward, shard_placement_fn=placement)
-        if dist.get_backend() != "gloo":  # it reduces with PREMUL_SUM, which gloo lacks; the scale costs nothing
+        # It reduces with PREMUL_SUM, which gloo lacks. Not free where the experts' group is one rank: FSDP then
+        # copies the divided gradient out of a temporary of its own size.
+        if backend != "gloo":
             moe.experts.set_gradient_divide_factor(float(mesh["dp"].size()))

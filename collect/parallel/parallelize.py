@@ -13,8 +13,9 @@ from collect.parallel.tp import apply_tp
 from collect.schema import Plan
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.device) -> nn.Module:
-    """Takes a meta-device model, returns it materialised and parallelised on ``device``."""
+def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.device, backend: str) -> nn.Module:
+    """Takes a meta-device model, returns it materialised and parallelised on ``device``, its ranks talking over
+    ``backend`` (cluster.backend)."""
     # TP first: it replaces parameters by DTensors that FSDP then shards further.
     if plan.tp_enabled:
         apply_tp(model, mesh["tp"], plan.sequence_parallel, plan.loss_parallel)
@@ -27,7 +28,7 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, plan: Plan, device: torch.de
     fsdp = plan.fsdp_enabled
     if fsdp:
         if plan.ep_enabled:
-            shard_experts_fsdp(model, mesh, plan.reshard_after_forward)
+            shard_experts_fsdp(model, mesh, plan.reshard_after_forward, backend)
         # Shard while still on meta: the unsharded model is never materialised.
         apply_fsdp(model, mesh["dp"], reshard_after_forward=plan.reshard_after_forward)
     model.to_empty(device=device)

@@ -1,6 +1,6 @@
 """The fake-tensor tracer (collect.fake) against the counting allocator: real CPU peaks of the same plans.
 
-    python -m experiments.memory.fake [--plans 240] [--workers 2] [--remeasure [--repeats 3]]
+    python -m experiments.memory.fake [--plans 240] [--workers 2] [--remeasure [--repeats 3]] [--in-place]
 
 Draws plans from the CPU rows whose peak the counting allocator measured (data/runs), spread over every family,
 sharding, recompute and layout the collector ran (a seeded draw, at most --plans, the same per stratum), traces
@@ -14,11 +14,15 @@ experiments/results/fake_vs_real.json.
 (experiments/results/fake_vs_rerun.jsonl, resumable too), and the summary's ``same_code`` compares the traces with
 each rank's median of them: a row collected before the model code last changed holds what that code kept. Both
 journals key each line on the code that made it (CODE): a trace or measurement of other code is made again.
+``--in-place``: measured again a second way too, with FSDP's two gloo collectives done in place as NCCL does them
+(experiments.memory.gloo_staging), in the summary's ``in_place``: a trace prices a GPU's collectives, and gloo's
+staging copies, one FSDP group's unsharded size held for as long as its thread takes, are not the plan's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -35,6 +39,7 @@ from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
 from collect.schema import RunSpec
 from collect.store import ResultStore
+from experiments.memory.gloo_staging import in_place_collectives
 from gnn.dataset.rows import row_to_spec
 from gnn.dataset.sources import code_key
 
@@ -89,7 +94,7 @@ def traced(row: pd.Series) -> dict:
     return out
 
 
-def remeasured(rows: list[pd.Series], journal) -> dict[str, list[int]]:
+def remeasured(rows: list[pd.Series], journal, key: list[str]) -> dict[str, list[int]]:
     """Each plan's per-rank peaks measured again by the collector on this code (collect.launch.pool, the counting
     allocator over its two-step memory window), each appended to ``journal`` as it ends: a row collected on older
     model code may hold what that code kept."""
@@ -103,26 +108,39 @@ def remeasured(rows: list[pd.Series], journal) -> dict[str, list[int]]:
                 for row in group:
                     result = pool.run(compared(row))
                     out[row["run_id"]] = [int(b) for b in result.peak_mem_bytes_per_rank or []]
-                    journal.write(json.dumps([row["run_id"], out[row["run_id"]], CODE]) + "\n")
+                    journal.write(json.dumps([row["run_id"], out[row["run_id"]], *key]) + "\n")
                     journal.flush()
                     bar.update()
     return out
 
 
-def measured_again(done: list[dict], plans: int, repeats: int) -> dict[str, list[list[int]]]:
+def measured_again(done: list[dict], plans: int, repeats: int, in_place: bool = False) -> dict[str, list[list[int]]]:
     """Each traced plan's per-rank peaks measured ``repeats`` times on this code (resumable: the journal's lines of
-    this code count). FSDP's peak over gloo moves with its threads' timing (6.6% over three runs of one plan)."""
-    rerun, again = RESULTS / "fake_vs_rerun.jsonl", defaultdict(list)
-    for run_id, peaks, *code in read_journal(rerun):
-        if code == [CODE]:
+    this code, and of this way of measuring, count), with FSDP's gloo collectives ``in_place`` or as gloo does them.
+    FSDP's peak over gloo moves with its threads' timing (6.6% over three runs of one plan)."""
+    rerun, again, key = RESULTS / "fake_vs_rerun.jsonl", defaultdict(list), [CODE, "in-place"] if in_place else [CODE]
+    for run_id, peaks, *made_by in read_journal(rerun):
+        if made_by == key:
             again[run_id].append(peaks)
     rows = {r["run_id"]: r for _, r in drawn(measured_rows(), plans).iterrows()}
-    with open(rerun, "a") as journal:
+    with open(rerun, "a") as journal, in_place_collectives() if in_place else contextlib.nullcontext():
         for n in range(1, repeats + 1):
             todo = [rows[r["run_id"]] for r in done if r["run_id"] in rows and len(again[r["run_id"]]) < n]
-            for run_id, peaks in remeasured(todo, journal).items():
+            for run_id, peaks in remeasured(todo, journal, key).items():
                 again[run_id].append(peaks)
     return again
+
+
+def with_remeasured(done: list[dict], again: dict[str, list[list[int]]], key: str) -> list[dict]:
+    """The traced plans with each rank's median re-measurement under ``key``."""
+    out = []
+    for r in done:
+        ranks = []
+        for x in r["ranks"]:
+            peaks = [m[x["rank"]] for m in again.get(r["run_id"], []) if x["rank"] < len(m)]
+            ranks.append({**x, key: int(np.median(peaks)) if peaks else None})
+        out.append({**r, "ranks": ranks})
+    return out
 
 
 def read_journal(path: Path) -> list:
@@ -169,6 +187,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="plans traced at once (a process each)")
     parser.add_argument("--remeasure", action="store_true", help="measure each plan again on this code, beside")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per plan: each rank's median is compared")
+    parser.add_argument("--in-place", action="store_true", help="measure again with FSDP's gloo collectives in place")
     args = parser.parse_args()
     journal = RESULTS / "fake_vs_real.jsonl"
     done = [r for r in read_journal(journal) if r.get("code") == CODE]
@@ -179,15 +198,13 @@ def main() -> None:
             out.write(json.dumps(result) + "\n")
             out.flush()
             done.append(result)
-    if args.remeasure:
-        again = measured_again(done, args.plans, args.repeats)
-        for r in done:
-            for x in r["ranks"]:
-                peaks = [m[x["rank"]] for m in again.get(r["run_id"], []) if x["rank"] < len(m)]
-                x["remeasured"] = int(np.median(peaks)) if peaks else None
     report = summary(done)
     if args.remeasure:
-        report["same_code"] = summary(done, "remeasured")
+        again = measured_again(done, args.plans, args.repeats)
+        report["same_code"] = summary(with_remeasured(done, again, "remeasured"), "remeasured")
+    if args.in_place:
+        again = measured_again(done, args.plans, args.repeats, in_place=True)
+        report["in_place"] = summary(with_remeasured(done, again, "in_place"), "in_place")
     (RESULTS / "fake_vs_real.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if not k.startswith("by_") and k != "failed"}, indent=1))
     for key in ("by_family", "by_sharding", "by_pipelined", "by_expert_parallel"):

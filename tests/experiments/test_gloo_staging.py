@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from collect.launch.pool import _free_port
-from experiments.memory.gloo_staging.__main__ import SHIM
+from experiments.memory.gloo_staging import SHIM
 
 REPO = Path(__file__).resolve().parents[2]
 RANK = """

@@ -12,3 +12,17 @@ PYTHONPATH; the collector itself is unchanged), ``--repeats`` times each. Writes
 experiments/results/gloo_staging.json: per rank its trace, its re-measurements as collected and in place, and both
 codes (the proof's and this one's).
 """
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from unittest.mock import patch
+
+SHIM = Path(__file__).parent  # holds sitecustomize.py
+
+
+def in_place_collectives():
+    """The collector's ranks, spawned inside, load the shim: their environment is this process's at spawn."""
+    path = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p)
+    return patch.dict(os.environ, {"PYTHONPATH": path, "PLANSIGHT_GLOO_IN_PLACE": "1"})

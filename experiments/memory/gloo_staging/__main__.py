@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
-from unittest.mock import patch
 
 import numpy as np
 from tqdm import tqdm
@@ -15,8 +12,8 @@ from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
 from experiments.memory import gloo_staging
 from experiments.memory.fake import CODE, RESULTS, compared, measured_rows, read_journal
+from experiments.memory.gloo_staging import in_place_collectives
 
-SHIM = Path(__file__).parent  # holds sitecustomize.py
 OUT = RESULTS / "gloo_staging.json"
 
 
@@ -41,12 +38,6 @@ def off_ranks(over: float, code: str) -> list[dict]:
                 described = {k: plan[k] for k in ("run_id", "family", "sharding", "pipelined")}
                 out.append({**described, "rank": rank["rank"], "traced": rank["peak_mem_bytes"], "as_collected": runs})
     return out
-
-
-def in_place_collectives():
-    """The collector's ranks, spawned inside, load the shim: their environment is this process's at spawn."""
-    path = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p)
-    return patch.dict(os.environ, {"PYTHONPATH": path, "PLANSIGHT_GLOO_IN_PLACE": "1"})
 
 
 def measure_in_place(ranks: list[dict], repeats: int) -> None:
