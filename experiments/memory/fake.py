@@ -131,16 +131,25 @@ def measured_again(done: list[dict], plans: int, repeats: int, in_place: bool = 
     return again
 
 
-def with_remeasured(done: list[dict], again: dict[str, list[list[int]]], key: str) -> list[dict]:
-    """The traced plans with each rank's median re-measurement under ``key``."""
+def with_remeasured(done: list[dict], again: dict[str, list[list[int]]], key: str, how=np.median) -> list[dict]:
+    """The traced plans with each rank's re-measurements under ``key``, taken together by ``how``."""
     out = []
     for r in done:
         ranks = []
         for x in r["ranks"]:
             peaks = [m[x["rank"]] for m in again.get(r["run_id"], []) if x["rank"] < len(m)]
-            ranks.append({**x, key: int(np.median(peaks)) if peaks else None})
+            ranks.append({**x, key: int(how(peaks)) if peaks else None})
         out.append({**r, "ranks": ranks})
     return out
+
+
+def compared_again(done: list[dict], again: dict[str, list[list[int]]], key: str) -> dict:
+    """The traces against each rank's median re-measurement, and (``lowest``) against its lowest: a rank whose
+    peak moves between runs with gloo's threads (one pipelined expert-parallel rank reads 0, +3.7% or +7.1% over its
+    trace, even with FSDP's collectives in place) is met by its trace in the run that holds nothing late."""
+    report = summary(with_remeasured(done, again, key), key)
+    lowest = summary(with_remeasured(done, again, key, how=min), key)
+    return {**report, "lowest": {k: v for k, v in lowest.items() if k != "failed"}}
 
 
 def read_journal(path: Path) -> list:
@@ -201,10 +210,10 @@ def main() -> None:
     report = summary(done)
     if args.remeasure:
         again = measured_again(done, args.plans, args.repeats)
-        report["same_code"] = summary(with_remeasured(done, again, "remeasured"), "remeasured")
+        report["same_code"] = compared_again(done, again, "remeasured")
     if args.in_place:
         again = measured_again(done, args.plans, args.repeats, in_place=True)
-        report["in_place"] = summary(with_remeasured(done, again, "in_place"), "in_place")
+        report["in_place"] = compared_again(done, again, "in_place")
     (RESULTS / "fake_vs_real.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if not k.startswith("by_") and k != "failed"}, indent=1))
     for key in ("by_family", "by_sharding", "by_pipelined", "by_expert_parallel"):
