@@ -28,7 +28,8 @@ from gnn.dataset.rows import FAKE_FINGERPRINT, load_fake
 from gnn.dataset.splits import random_test
 from serve.api import load_predictor
 
-GROUPS = ["family", "model", "world_size", "sweep_id"]  # a sweep traced after the model was trained: all unseen
+# a sweep traced after the model was trained is all unseen; pipelined traces are calibrated apart (calibration_domain)
+GROUPS = ["family", "model", "world_size", "pipelined", "sweep_id"]
 
 
 def compared(rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
@@ -40,6 +41,7 @@ def compared(rows: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
             "family": rows["family"],
             "model": model,
             "world_size": rows["world_size"],
+            "pipelined": rows["pp"].astype(int) > 1,
             "sweep_id": rows["sweep_id"],
             "error": predicted["peak_mem_bytes"].to_numpy() / traced - 1,
             "inside": (predicted["peak_mem_lo_bytes"].to_numpy() <= traced)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from collect import REPO
 from experiments.evaluate import model_path
 from gnn.dataset.graphs import PlanGraphs
-from gnn.dataset.splits import scored_domain, source_of, source_splits
+from gnn.dataset.splits import calibration_domain, source_of, source_splits
 from gnn.inference.coverage import training_range
 from gnn.inference.predictor import BatchPredictor
 from gnn.predictors.registry import REGISTRY
@@ -46,7 +46,7 @@ def held_out_rows(ds: PlanGraphs, split: str, parts: dict, cfg: TrainConfig) -> 
         BatchPredictor(ensemble, ds.hardware_dir, info).save(path)
     idx = parts["test"]
     rows = ds.meta.loc[idx]
-    domains, scored = rows["domain"].astype(str).tolist(), scored_domain(rows).tolist()
+    domains, scored = rows["domain"].astype(str).tolist(), calibration_domain(rows).tolist()
     pred = ensemble.predict(ds[torch.as_tensor(idx)], domains=domains, calibrated_as=scored)
     kept = rows[[c for c in KEPT if c in rows]].copy()
     kept.insert(0, "source", source_of(rows))

@@ -31,6 +31,10 @@ from collect.published.rows import SWEEP_PREFIX
 
 SERVING_SPLIT = "all/random"
 FAKE = "fake"  # the calibration and scoring domain of the fake traces, whatever GPU they are planned on
+# pipelined traces and the others are calibrated apart: the network's errors on pipelined ones are several times
+# the others' (intervals calibrated on every trace held 38-59% of the pipelined ones, 85% of the rest); a part with too
+# few validation rows takes FAKE's factor, fitted on every trace
+FAKE_PARTS = {True: f"{FAKE}/pipelined", False: f"{FAKE}/unpipelined"}
 # GPUs with a few dozen published runs and no sweep of their own: never trained on, each is the test of a split
 # trained on the nearest GPU measured at scale, as a user of a GPU we have never measured would be served
 UNMEASURED_GPUS = {"b200": "h100", "b300": "h100", "gb200": "h100", "gb300": "h100", "v100": "a100"}
@@ -93,6 +97,18 @@ def scored_domain(rows: pd.DataFrame) -> pd.Series:
     """What a row is calibrated and scored under: its hardware domain, or "fake" for a fake-tensor trace (predicted
     as a plan of its GPU, never scored among that GPU's measured runs)."""
     return rows["domain"].astype(str).where(~is_fake(rows), FAKE)
+
+
+def calibration_domain(rows: pd.DataFrame) -> pd.Series:
+    """Whose interval factor a row takes (gnn.model.ensemble): its scored domain, a trace's refined by whether it is
+    pipelined (fake_part)."""
+    return scored_domain(rows).where(~is_fake(rows), fake_part(rows))
+
+
+def fake_part(rows: pd.DataFrame) -> pd.Series:
+    """The calibration domain each row would take as a trace (FAKE_PARTS): a part falls back to its parent's factor
+    (FAKE) where too few validation rows fitted one."""
+    return rows["pp"].fillna(1).astype(int).gt(1).map(FAKE_PARTS)
 
 
 def fake_model(rows: pd.DataFrame) -> pd.Series:

@@ -19,7 +19,7 @@ from collect.schema import RunSpec
 from gnn import cancel
 from gnn.dataset.features import NODE_DIM
 from gnn.dataset.rows import domain_of, row_to_spec
-from gnn.dataset.splits import FAKE, is_fake
+from gnn.dataset.splits import fake_part, is_fake
 from gnn.inference import new_source
 from gnn.inference.coverage import outside, spec_values
 from gnn.inference.workers import WARM_UP_HARDWARE, FeaturizerPool, default_workers, warm_up_spec
@@ -197,8 +197,8 @@ class BatchPredictor:
 
     def predict_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Predictions for rows in the data/runs format (each row names its hardware); a fake trace's interval is
-        calibrated on fake traces (gnn.dataset.splits.scored_domain)."""
-        out, fake = [], is_fake(rows).map({True: FAKE, False: ""})
+        calibrated on fake traces (gnn.dataset.splits.calibration_domain)."""
+        out, fake = [], fake_part(rows).where(is_fake(rows), "")
         for (hardware, calibrated_as), group in rows.groupby([rows["fingerprint_id"].fillna("a100-80gb"), fake]):
             parsed = [row_to_spec(r) for r in group.to_dict("records")]
             specs, flags = [p[0] for p in parsed], [p[2] for p in parsed]

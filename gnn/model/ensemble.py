@@ -10,8 +10,10 @@ hardware domain, each GPU kind apart: one factor pooled over CPU and CUDA runs
 covered 98% of A100 rows and 67% of CPU rows, and one pooled over the CUDA
 runs 90% of A100 rows and 54% of H100 rows. A domain with fewer than
 MIN_CALIBRATION_ROWS validation rows (or a query that names none) takes the
-factor of its device class, CPU or CUDA. How often the interval holds on the
-test rows is the calibration we report.
+factor of its device class, CPU or CUDA. Fake traces are a domain of their own
+("fake"), pipelined and unpipelined ones apart ("fake/pipelined"), a part with
+too few rows taking the factor of every trace (gnn.dataset.splits.calibration_domain).
+How often the interval holds on the test rows is the calibration we report.
 
 Out of distribution the members disagree, and their correction of the physics
 is then least trustworthy. So each prediction falls back toward its physics
@@ -42,7 +44,7 @@ from torch import nn
 from gnn.dataset.packed import Packed, pack
 from gnn.model.fused import forward_members, fusable, physics_offsets
 from gnn.model.intervals.bounds import Limits
-from gnn.model.intervals.conformal import bounded, factors, fall_back
+from gnn.model.intervals.conformal import bounded, domain_rows, factors, fall_back
 
 COVERAGE = 0.8
 # nodes per forward pass: enough to amortise its ~40 tensor ops, few enough that a layer's node states stay in
@@ -191,14 +193,16 @@ class Ensemble(nn.Module):
         return self._outputs(*self.raw_packed(batch), domains, calibrated_as)
 
     def interval_factors(self, classes: np.ndarray, domains: list[str] | None = None) -> np.ndarray:
-        """[n, 2] the conformal factor of each graph: its domain's where calibrated, else its device class's."""
+        """[n, 2] the conformal factor of each graph: its domain's where calibrated, else its parent domain's (that of
+        "fake/pipelined" is "fake"), else its device class's."""
         k = self.k.numpy()
         k = k[classes] if k.ndim == 2 else np.broadcast_to(k, (len(classes), 2))  # 1-D: one shared factor
         if domains is None or not self.domain_names:
             return k
         index = {name: i for i, name in enumerate(self.domain_names)}
         own = self.k_domain.numpy()
-        return np.array([own[index[d]] if d in index else k[i] for i, d in enumerate(domains)]).reshape(-1, 2)
+        found = [next((index[n] for n in (d, d.rsplit("/", 1)[0]) if n in index), None) for d in domains]
+        return np.array([k[i] if j is None else own[j] for i, j in enumerate(found)]).reshape(-1, 2)
 
     def _outputs(self, raw, classes, base, cols, domains=None, calibrated_as=None) -> dict[str, np.ndarray]:
         floor, ceiling = self.limits.limits(cols, classes, base[:, 0])
@@ -227,17 +231,18 @@ class Ensemble(nn.Module):
     def calibrate(self, graphs, log_time: np.ndarray, log_mem: np.ndarray, domains: list[str] | None = None) -> None:
         """Fit, per device class on held-out (validation) graphs with their measured log targets: the spread beyond
         which memory falls back toward physics, then the conformal factor k of the intervals around that; and,
-        given each graph's calibration domain (its hardware's, or "fake" for a fake trace, whose peak has no
-        measurement's noise), k per domain with at least MIN_CALIBRATION_ROWS rows."""
+        given each graph's calibration domain (its hardware's, or "fake/..." for a fake trace, whose peak has no
+        measurement's noise), k per domain with at least MIN_CALIBRATION_ROWS rows: "fake" on every trace's."""
         raw, classes, base, cols = self.raw(graphs)
         self.limits.fit_ceiling(cols, classes, base[:, 0], log_time, log_mem)
         raw = bounded(raw, *self.limits.limits(cols, classes, base[:, 0]), base)
         s = self._calibrate_classes(raw, classes, base, log_time, log_mem)
         names = np.asarray(domains if domains is not None else [], dtype=object)
-        kept = sorted(str(d) for d in set(names) if (names == d).sum() >= MIN_CALIBRATION_ROWS)
-        own = [np.array(factors(s, log_time, log_mem, names == d, self.coverage)) for d in kept]
+        rows = domain_rows(names)
+        kept = sorted(d for d, of in rows.items() if of.sum() >= MIN_CALIBRATION_ROWS)
+        own = [np.array(factors(s, log_time, log_mem, rows[d], self.coverage)) for d in kept]
         # a target the domain's rows never measured (vTrain's A100 rows: memory) keeps its device class's factor
-        of_class = [self.k.numpy()[classes[names == d][0]] for d in kept]
+        of_class = [self.k.numpy()[classes[rows[d]][0]] for d in kept]
         self.domain_names = kept
         self.k_domain = torch.tensor(
             np.array([np.where(np.isnan(k), c, k) for k, c in zip(own, of_class)]).reshape(-1, 2), dtype=torch.float32

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from gnn.dataset.features import NODE_FEATURES, PHYSICS_NODE_FEATURES
 from gnn.dataset.graphs import PlanGraphs
-from gnn.dataset.splits import is_fake, scored_domain
+from gnn.dataset.splits import calibration_domain, is_fake
 from gnn.inference.predictor import BatchPredictor
 from gnn.inference.probe import shift_prior
 from gnn.model.ensemble import Ensemble
@@ -191,7 +191,7 @@ def calibrate_ensemble(ensemble: Ensemble, ds: PlanGraphs, parts: dict) -> None:
         ds[torch.as_tensor(parts["val"])],
         np.log(val["iter_time_s"].to_numpy(dtype=float)),
         np.log(val["peak_mem_bytes"].to_numpy(dtype=float)),
-        scored_domain(val).tolist(),
+        calibration_domain(val).tolist(),
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnn.dataset.splits import scored_domain
+from gnn.dataset.splits import calibration_domain, scored_domain
 from gnn.model.intervals.conformal import interval_coverage
 from gnn.predictors.metrics import error_stats, oom_stats, ranking_stats
 
@@ -70,7 +70,7 @@ def ensemble_records(
         idx = parts[part]
         rows = ds.meta.loc[idx]
         graphs = ds[torch.as_tensor(idx)]
-        calibrated_as = scored_domain(rows).tolist()
+        calibrated_as = calibration_domain(rows).tolist()
         pred = ensemble.predict(graphs, domains=rows["domain"].astype(str).tolist(), calibrated_as=calibrated_as)
         pred = ensemble_frame(pred, rows.index)
         frames[part] = (rows, pred)

@@ -18,6 +18,14 @@ def factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray
     return k
 
 
+def domain_rows(names: np.ndarray) -> dict[str, np.ndarray]:
+    """{calibration domain: its rows}, for each domain named and each parent of one: "fake" holds every row of
+    "fake/pipelined" and of "fake/unpipelined"."""
+    names = [str(n) for n in names]
+    domains = set(names) | {n.rsplit("/", 1)[0] for n in names if "/" in n}
+    return {d: np.array([n == d or n.startswith(f"{d}/") for n in names], dtype=bool) for d in domains}
+
+
 def bounded(raw: np.ndarray, floor: np.ndarray, ceiling: np.ndarray, base: np.ndarray | None = None) -> np.ndarray:
     """Each member's log time and memory held between the plan's floor and ceiling ([n, 2] each): no member may
     say what the physics rules out, however far its inputs lie from its training rows. A member outside them is

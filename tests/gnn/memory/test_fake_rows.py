@@ -14,7 +14,7 @@ import torch
 
 from collect.fake.device import allocatable, on_device
 from gnn.dataset.rows import fake_as_gpu_rows, has_time, load_fake
-from gnn.dataset.splits import SERVING_SPLIT, is_fake, named_splits
+from gnn.dataset.splits import FAKE_PARTS, SERVING_SPLIT, calibration_domain, is_fake, named_splits
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE = REPO / "data" / "fake"
@@ -101,13 +101,8 @@ def test_a_traces_interval_is_calibrated_on_traces_and_a_measured_runs_on_measur
     """A trace's peak has none of a measurement's noise: its interval takes the factor fitted on the traces, and a
     measured run of the same plan on the same GPU its GPU's, never one pooled from both."""
     from gnn.inference.predictor import BatchPredictor
-    from gnn.model.ensemble import Ensemble
-    from gnn.predictors.surrogate import TrainConfig, build_module
 
-    meta = dataset.meta
-    names = [c for c in meta.columns if c.startswith("f_")]
-    ens = Ensemble([build_module(dataset, TrainConfig(hidden=16, num_layers=2), np.arange(len(dataset)))])
-    ens.class_column = names.index("f_cuda")
+    meta, ens = dataset.meta, _untrained(dataset)
     ens.domain_names, ens.k_domain = ["fake", "h100"], torch.tensor([[1.0, 1.0], [1.0, 4.0]])
     traces = meta[is_fake(meta)]
     measured = traces.assign(peak_mem_method="allocator")  # the same plans, as if run on the GPU
@@ -119,3 +114,39 @@ def test_a_traces_interval_is_calibrated_on_traces_and_a_measured_runs_on_measur
     # 4x wider, but where an untrained member's point sits by the physics floor, which clips the lower bound
     ratio = width["h100"] / width["fake"]
     assert (width["fake"] > 0).all() and (ratio > 3).all() and np.isclose(np.median(ratio), 4, rtol=1e-3)
+
+
+def test_pipelined_traces_are_calibrated_apart_and_too_few_take_every_traces_factor(dataset):
+    """Traces predicted worse (the pipelined ones) get wider intervals of their own and the rest narrower ones, where
+    each part has enough validation rows; a part with too few takes the factor fitted on every trace."""
+    from gnn.model.ensemble import MIN_CALIBRATION_ROWS
+
+    meta = dataset.meta
+    traces, measured = meta[is_fake(meta)], meta[~is_fake(meta)]
+    assert (calibration_domain(traces) == FAKE_PARTS[False]).all()  # the committed sweep: none pipelined
+    assert (calibration_domain(traces.assign(pp=4)) == FAKE_PARTS[True]).all()
+    assert (calibration_domain(measured) == measured["domain"]).all()
+    ens, n = _untrained(dataset), 3 * MIN_CALIBRATION_ROWS
+    graphs, log_time = dataset[torch.arange(n)], np.log(meta["iter_time_s"].to_numpy(dtype=float)[:n])
+    point = np.log(ens.predict(graphs)["peak_mem_bytes"])  # calibrating moves it (its limits), by < 1 log unit here
+    for pipelined, domains in ((n // 2, ["fake", *FAKE_PARTS.values()]), (5, ["fake", FAKE_PARTS[False]])):
+        parts = np.array([FAKE_PARTS[True]] * pipelined + [FAKE_PARTS[False]] * (n - pipelined))
+        error = np.where(parts == FAKE_PARTS[True], 5.0, 0.0) * np.linspace(0.5, 1.0, n)
+        ens.calibrate(graphs, log_time, point + error, parts.tolist())
+        assert sorted(ens.domain_names) == sorted(domains)
+        k = ens.interval_factors(np.ones(3, dtype=int), ["fake", *FAKE_PARTS.values()])[:, 1]
+        if pipelined >= MIN_CALIBRATION_ROWS:
+            assert k[1] > 3 * k[2] and k[2] < k[0] < k[1]
+        else:
+            assert k[1] == k[0] and k[2] <= k[0]
+
+
+def _untrained(dataset):
+    """An ensemble of one untrained member over ``dataset``'s features, its device class column set."""
+    from gnn.model.ensemble import Ensemble
+    from gnn.predictors.surrogate import TrainConfig, build_module
+
+    names = [c for c in dataset.meta.columns if c.startswith("f_")]
+    ens = Ensemble([build_module(dataset, TrainConfig(hidden=16, num_layers=2), np.arange(len(dataset)))])
+    ens.class_column = names.index("f_cuda")
+    return ens
