@@ -59,6 +59,10 @@ def stats(frame: pd.DataFrame) -> dict:
             "verdict_agrees": float(frame["verdict_agrees"].mean())}  # fmt: skip
 
 
+def by(frame: pd.DataFrame, group: str) -> dict:
+    return {str(k): stats(f) for k, f in frame.groupby(group)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models:/plansight@champion")
@@ -69,10 +73,10 @@ def main(argv=None) -> int:
     rows = rows.assign(fingerprint_id=rows["fingerprint_id"].fillna(FAKE_FINGERPRINT))
     predicted, report = load_predictor(args.model).predict_rows(rows), {"model": args.model, "plans": len(rows)}
     frame = compared(rows, predicted)
-    report |= {**stats(frame), **{f"by_{g}": {str(k): stats(f) for k, f in frame.groupby(g)} for g in GROUPS}}
+    report |= {**stats(frame), **{f"by_{g}": by(frame, g) for g in GROUPS}}
     # a model trained on all/random learned the other 85% of the traces: these it never saw
     unseen = frame[random_test(rows["run_id"]).to_numpy()]
-    report["serving_test"] = {**stats(unseen), "by_family": {k: stats(f) for k, f in unseen.groupby("family")}}
+    report["serving_test"] = {**stats(unseen), **{f"by_{g}": by(unseen, g) for g in ("family", "pipelined")}}
     print(
         json.dumps(
             {k: v for k, v in report.items() if k in ("median_ape", "bias", "coverage_80", "serving_test")}, indent=1

@@ -10,8 +10,8 @@ from tqdm import tqdm
 
 from collect.launch.pool import LocalPool
 from collect.measure.plan import MeasureSettings
-from experiments.memory import gloo_staging
 from experiments.memory.fake import CODE, RESULTS, compared, measured_rows, read_journal
+from experiments.memory.gloo_staging import __doc__ as about
 from experiments.memory.gloo_staging import in_place_collectives
 
 OUT = RESULTS / "gloo_staging.json"
@@ -62,7 +62,7 @@ def summary(ranks: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=gloo_staging.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=about.split("\n\n")[0])
     parser.add_argument("--over", type=float, default=0.01, help="ranks further than this from their trace")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
