@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from collect import REPO
 from collect.fake.depth import DepthMismatch, extrapolate, sampled_depths, target_depth
+from collect.inputs import run_reporting_errors
 from collect.launch.result import RunResult, build_row
 from collect.schema import RunSpec, collect_problems
 from collect.store import ResultStore
@@ -185,9 +186,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
                     counts[result.status] += 1
                     bar.update()
                     bar.set_postfix(counts)
-            except BaseException:  # what was stopped is not a row: a resume traces it
+            except BaseException as exc:  # what was stopped is not a row: a resume traces it
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
+                if isinstance(exc, KeyboardInterrupt):  # what finished reaches the Parquet file (journals: not in git)
+                    store.compact()
                 raise
         store.compact()
     return {"traced": sum(counts.values()), **counts, "skipped_done": len(done), "traced_elsewhere": len(elsewhere)}
@@ -223,7 +226,7 @@ def main(argv=None) -> int:
     spec = SweepSpec.from_yaml(args.sweep)
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops a sweep as Ctrl-C does
-    print(json.dumps(run_sweep(spec, args.out, args.limit, args.workers, args.timeout_s)))
+    run_reporting_errors(lambda: print(json.dumps(run_sweep(spec, args.out, args.limit, args.workers, args.timeout_s))))
     return 0
 
 

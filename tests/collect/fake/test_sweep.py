@@ -110,12 +110,14 @@ def test_a_sweep_killed_mid_trace_kills_its_traces_and_keeps_no_row_for_them(tmp
     point = tiny_spec(dp=2, sharding="fsdp_full")
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(_sweep("fake-killed", point).model_dump(mode="json")))
     command = [sys.executable, "-m", "collect.fake.sweep", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path)]
-    sweep = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (traces := _children(sweep.pid)) and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
     assert traces, "the sweep started no trace"
     sweep.send_signal(signal.SIGTERM)
-    assert sweep.wait(timeout=60) != 0
+    assert sweep.wait(timeout=60) == 130
+    said = sweep.stderr.read()  # the progress bar, then one line: no traceback
+    assert "interrupted: every finished plan is stored" in said and "Traceback" not in said
     assert not any(Path(f"/proc/{pid}").exists() for pid in traces)
     assert ResultStore(tmp_path / "fake-killed.parquet").load().empty
