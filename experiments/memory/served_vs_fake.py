@@ -8,9 +8,9 @@ fake/held_out_model-* splits of experiments.evaluate a whole model size it never
 Each traced plan is predicted on the H100 preset (the sweeps' cluster) and its predicted peak, its 80% interval and
 its fits verdict set beside the traced peak: both are what the tensors are allocated. The trace's own verdict adds
 what only the hardware holds beyond them, at the median an H100 measured (collect.fake.device.on_device: the
-allocator's reserve and 1.3 GiB outside it), as the prediction's does. By family, model and world size: median APE,
-p90, bias (geometric mean of predicted over traced), the share of traces inside the 80% interval, and how often the
-predicted verdict agrees with the trace's. Writes experiments/results/served_vs_fake.json.
+allocator's reserve and 1.3 GiB outside it), as the prediction's does. By family, model, world size, pipelining and
+sweep: median APE, p90, bias (geometric mean of predicted over traced), the share of traces inside the 80% interval,
+and how often the predicted verdict agrees with the trace's. Writes experiments/results/served_vs_fake.json.
 """
 
 from __future__ import annotations
