@@ -44,7 +44,7 @@ from torch import nn
 from gnn.dataset.packed import Packed, pack
 from gnn.model.fused import forward_members, fusable, physics_offsets
 from gnn.model.intervals.bounds import Limits
-from gnn.model.intervals.conformal import bounded, domain_rows, factors, fall_back
+from gnn.model.intervals.conformal import bounded, domain_rows, factors, fall_back, parent
 
 COVERAGE = 0.8
 # nodes per forward pass: enough to amortise its ~40 tensor ops, few enough that a layer's node states stay in
@@ -201,7 +201,7 @@ class Ensemble(nn.Module):
             return k
         index = {name: i for i, name in enumerate(self.domain_names)}
         own = self.k_domain.numpy()
-        found = [next((index[n] for n in (d, d.rsplit("/", 1)[0]) if n in index), None) for d in domains]
+        found = [next((index[n] for n in (d, parent(d)) if n in index), None) for d in domains]
         return np.array([k[i] if j is None else own[j] for i, j in enumerate(found)]).reshape(-1, 2)
 
     def _outputs(self, raw, classes, base, cols, domains=None, calibrated_as=None) -> dict[str, np.ndarray]:

@@ -18,11 +18,17 @@ def factors(s: dict, log_time: np.ndarray, log_mem: np.ndarray, rows: np.ndarray
     return k
 
 
+def parent(domain: str) -> str:
+    """The calibration domain a part of ``domain`` falls back to ("fake" of "fake/pipelined"); a domain with no parts
+    is its own."""
+    return domain.rsplit("/", 1)[0]
+
+
 def domain_rows(names: np.ndarray) -> dict[str, np.ndarray]:
     """{calibration domain: its rows}, for each domain named and each parent of one: "fake" holds every row of
     "fake/pipelined" and of "fake/unpipelined"."""
     names = [str(n) for n in names]
-    domains = set(names) | {n.rsplit("/", 1)[0] for n in names if "/" in n}
+    domains = set(names) | {parent(n) for n in names}
     return {d: np.array([n == d or n.startswith(f"{d}/") for n in names], dtype=bool) for d in domains}
 
 
