@@ -125,7 +125,10 @@ def build_graph(w: Workload, plan: Plan, cluster: Cluster, hw: HardwareModel, co
     if compiler is None:
         compiler = PassCompiler(w, plan, cluster, hw)
     layout = plan_layout(plan, uneven_layers(plan, w))
-    templates = [compiler.step(rep[1]) if rep[0] == "S" else compiler.template(*rep) for rep in layout.representatives]
+    templates = [
+        compiler.step(rep[1], plan.num_microbatches) if rep[0] == "S" else compiler.template(*rep)
+        for rep in layout.representatives
+    ]
     key = (layout.key, *(t.shape for t in templates))
     placed = _PLACEMENTS.get(key)
     if placed is None:

@@ -3,21 +3,22 @@
 Every micro-batch of a stage runs the same pass: the same blocks, collectives, costs and memory. Only the first
 and last differ (the first backward allocates the gradients; FSDP gathers and frees on the first and last), so a
 plan has a handful of distinct passes, which gnn.graph.build repeats across the schedule, filling in the rank and
-micro-batch of the rows built here for one stage of a role (first, middle, last). Nothing here depends on the
-micro-batch count or the schedule (gnn.graph.layout places the passes), so the two short graphs of a truncated
-plan (gnn.sim.plan) share one compiler, and so can a batch's plans that differ only in those (``shared_compiler``).
+micro-batch of the rows built here for one stage of a role (first, middle, last). Nothing here reads the plan's
+micro-batch count (a step is told it) or its schedule but for GPipe's (gnn.graph.layout places the passes), so the
+two short graphs of a truncated plan (gnn.sim.plan) share one compiler, and so can a batch's plans that differ only
+in those (``shared_compiler``).
 """
 
 from __future__ import annotations
 
 from collect.schema import CONVENTIONS, Cluster, Plan, Workload
-from gnn.costs.analytic import BlockCosts, block_costs, dtype_bytes, grad_dtype_bytes, saved_bytes_per_layer
+from gnn.costs.analytic import BlockCosts, block_costs, grad_dtype_bytes, saved_bytes_per_layer
 from gnn.costs.hardware import HardwareModel
 from gnn.costs.layers import recompute_flop_share
 from gnn.costs.pricing import Pricing, network
 from gnn.graph.layout import stage_role, uneven_layers
-from gnn.graph.memory import StageMemory
-from gnn.graph.step import compile_step, overlap_windows
+from gnn.graph.memory import StageMemory, last_outputs_kept
+from gnn.graph.step import compile_step, overlap_windows, with_merged_outputs
 from gnn.graph.table import COL
 from gnn.graph.template import PassRows, PassTemplate
 
@@ -27,7 +28,7 @@ def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluste
     differed only in schedule and micro-batch count. The cache holds references to ``hw``: scope it to a batch."""
     if cache is None:
         return PassCompiler(w, plan, cluster, hw)
-    key = (w, cluster, id(hw), *(value for name, value in plan if name not in _PLACEMENT_ONLY))
+    key = (w, cluster, id(hw), last_outputs_kept(plan), *(v for name, v in plan if name not in _PLACEMENT_ONLY))
     found = cache.get(key)
     if found is None or found.hw is not hw:
         found = cache[key] = PassCompiler(w, plan, cluster, hw, cache.setdefault(_SHARED, {}))
@@ -56,7 +57,7 @@ class PassCompiler:
         # variants and sharding (see template, step): looked up once here, as the key holds the workload and
         # cluster, whose hashes and comparisons are costly
         what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.etp, plan.tp, plan.pp, plan.virtual_stages)
-        what += (plan.recompute,)
+        what += (plan.recompute, last_outputs_kept(plan))
         conventions = tuple(getattr(plan, k) for k in CONVENTIONS)
         self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel, *conventions), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
@@ -128,14 +129,15 @@ class PassCompiler:
             last = rows.add(
                 last, "head", "forward", stage, flops=c.head_flops, alloc_bytes=logits, transient_bytes=2 * logits
             )
-            if plan.pp > 1 and (plan.pipeline_keeps_outputs or plan.pp_schedule == "gpipe"):
-                # the schedule keeps each output (under GPipe torch holds as much either way: measured 46.3 MB
-                # on the last of 2 ranks with and without return_outputs)
-                rows.hold(last, c.logits_bytes * dtype_bytes(self.w) / 4)
         else:
             last = rows.add(
                 last, "p2p", "forward", stage, message_bytes=c.boundary_bytes, group=2, crosses_node=self.pp_cross
             )
+        output, until = self.memory.output_bytes(stage), self.memory.output_held_until(stage)
+        if until == "step":
+            rows.hold(last, output)
+        elif until == "backward":
+            rows.keep(last, output)
         rows.set(last, "free_bytes", self.memory.gathered_root(stage) if gathers else 0.0)  # the root resharded
         return rows.done(last)
 
@@ -221,12 +223,12 @@ class PassCompiler:
             )
         return rows.done(last, grads_at)
 
-    def step(self, stages: tuple[int, ...]) -> PassTemplate:
+    def step(self, stages: tuple[int, ...], microbatches: int) -> PassTemplate:
         """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
         Its rows depend on the parameters held, how they are sharded and reduced, the hardware and, where they
-        overlap compute, the compute they hide under; not on the schedule or micro-batches: plans of a batch that
-        agree on those share it, as do ranks whose stages have the same roles (gnn.graph.build writes each rank's
-        own stage into the rows it places)."""
+        overlap compute, the compute they hide under: plans of a batch that agree on those share it, as do ranks
+        whose stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places).
+        The last stage's rank first merges the ``microbatches`` outputs it kept, if the schedule returns them."""
         plan = self.plan
         roles = tuple(self._role(s) for s in stages)
         key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, plan.fp32_grads, self.stage_layers, roles)
@@ -237,14 +239,12 @@ class PassCompiler:
             found = self._shared_steps[key] = compile_step(
                 self.memory, self.pricing, self.dp_cross, stages, windows, foreach=self.cuda
             )
-        return found
+        merged = self.memory.merged_outputs_bytes(stages, microbatches)
+        return with_merged_outputs(found, plan.num_stages - 1, merged) if merged else found
 
     def static_bytes(self) -> list[float]:
-        """Resident from the start, per pipeline rank (holding stages rank, rank + pp, ...): parameters, optimizer
-        state, DDP's buckets. Gradients are not: the first backward of each stage allocates them (see _backward),
-        after FSDP has resharded what it gathered."""
-        if self._static is None:
-            self._static = self.memory.static_bytes()
+        """Resident from the start, per pipeline rank (StageMemory.static_bytes), computed once."""
+        self._static = self._static or self.memory.static_bytes()
         return list(self._static)
 
     # --- pieces --------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import numpy as np
 from gnn.costs.analytic import dtype_bytes, grad_dtype_bytes, largest_param, moment_bytes, steps_one_by_one
 from gnn.costs.pricing import Pricing
 from gnn.graph.memory import StageMemory
-from gnn.graph.table import COL
-from gnn.graph.template import PassRows, PassTemplate
+from gnn.graph.table import COL, table_row
+from gnn.graph.template import PassRows, PassTemplate, led_by
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
 # Megatron's buckets where it overlaps: bucket_cap_mb 125 in NeMo's recipes (NVIDIA/NeMo-Framework-Launcher
@@ -114,3 +114,10 @@ def exposed(pricing: Pricing, kind: str, fields: dict, window: float) -> float:
         kind, "step", fields["count"], 0.0, fields["message_bytes"], fields["group"], fields["crosses_node"]
     )
     return max(whole / fields["count"], whole - window)
+
+
+def with_merged_outputs(step: PassTemplate, stage: int, merged: float) -> PassTemplate:
+    """The last stage's rank's end of iteration led by the schedule's merge of its kept outputs (torch.cat of every
+    micro-batch's, ``merged`` bytes) beside them: the trainer drops the merged copy before the optimizer runs. Its
+    copying is not priced."""
+    return led_by(step, table_row("head", "step", 0, stage, 0, 1, 0.0, 0.0, 1, False, 0.0, 0.0, merged, 0.0))

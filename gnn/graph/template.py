@@ -32,6 +32,15 @@ class PassTemplate:
             self.shape = (len(self.table), self.table[:, COL["stream"]].tobytes(), self.edges.tobytes(), self.end)
 
 
+def led_by(template: PassTemplate, row: list) -> PassTemplate:
+    """``template`` with ``row`` (a table_row) first: it takes the pass's outside dependencies and precedes the
+    rest."""
+    table = np.vstack([np.asarray(row, dtype=np.float64)[None, :], template.table])
+    edges = np.concatenate([np.array([[0], [1]], dtype=np.int64), template.edges + 1], axis=1)
+    grads_at = template.grads_at + 1 if template.grads_at >= 0 else -1
+    return PassTemplate(table, edges, template.end + 1, grads_at, template.kept_bytes)
+
+
 class PassRows:
     """Rows of one pass in order, with their data dependencies; the first row takes the pass's outside ones.
     Rows are lists in COLUMNS order (rank and micro-batch 0: gnn.graph.build writes where each pass is placed), not
@@ -89,6 +98,10 @@ class PassRows:
 
     def set(self, index: int, column: str, value: float) -> None:
         self.rows[index][COL[column]] = value
+
+    def keep(self, index: int, nbytes: float) -> None:
+        """Row ``index`` also allocates ``nbytes`` the pass keeps, freed by its backward as its activations are."""
+        self.rows[index][COL["alloc_bytes"]] += nbytes
 
     def hold(self, index: int, nbytes: float) -> None:
         """Row ``index`` also allocates ``nbytes`` that stay live to the end of the iteration."""

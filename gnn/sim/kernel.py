@@ -88,17 +88,24 @@ def event_schedule(
 
 @njit(cache=True, nogil=True)
 def replay_peaks(
-    start: np.ndarray, rank: np.ndarray, alloc: np.ndarray, free: np.ndarray, transient: np.ndarray, static: np.ndarray
+    start: np.ndarray,
+    rank: np.ndarray,
+    alloc: np.ndarray,
+    free: np.ndarray,
+    transient: np.ndarray,
+    static: np.ndarray,
+    event: np.ndarray,
+    events: int,
 ) -> np.ndarray:
-    """Peak bytes per rank: resident ``static`` plus the running sum of allocations in start-time order (ties
-    in node order). A node that frees while it allocates does both layer by layer, so it adds its net change;
-    transients live only while their node runs."""
-    live, peak = np.zeros(static.shape[0]), np.zeros(static.shape[0])
+    """Peak bytes per rank and event: resident ``static`` plus the running sum of allocations in start-time order
+    (ties in node order). A node that frees while it allocates does both layer by layer, so it adds its net change;
+    transients live only while their node runs. ``event``: which of the ``events`` columns a node's peak counts in."""
+    live, peak = np.zeros(static.shape[0]), np.zeros((static.shape[0], events))
     for i in np.argsort(start, kind="mergesort"):  # stable: equal starts stay in node order
-        r = rank[i]
-        peak[r] = max(peak[r], live[r] + max(alloc[i] - free[i], 0.0) + transient[i])
+        r, e = rank[i], event[i]
+        peak[r, e] = max(peak[r, e], live[r] + max(alloc[i] - free[i], 0.0) + transient[i])
         live[r] += alloc[i] - free[i]
-    return static + peak
+    return static[:, None] + peak
 
 
 @njit(cache=True, nogil=True)
@@ -195,6 +202,8 @@ def simulate_table(
     static: np.ndarray,
     num_streams: int,
     compute_slots: float,
+    event: np.ndarray,
+    events: int,
 ):
     """The schedule, the busy and idle times and the memory replay of a graph's node table, in one call: a
     plan's featurisation makes two, where three calls and their column copies cost ~15 us each."""
@@ -202,6 +211,13 @@ def simulate_table(
     start, end = event_schedule(est, comm_rank, indptr, succ, waiting.copy(), static.shape[0], compute_slots)
     busy, critical, exposed, bubble = busy_and_idle(start, end, rank, stream, est, static.shape[0], num_streams)
     peaks = replay_peaks(
-        start, rank, table[:, alloc_col].copy(), table[:, free_col].copy(), table[:, transient_col].copy(), static
+        start,
+        rank,
+        table[:, alloc_col].copy(),
+        table[:, free_col].copy(),
+        table[:, transient_col].copy(),
+        static,
+        event,
+        events,
     )
     return start, end, busy, critical, exposed, bubble, peaks

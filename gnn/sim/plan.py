@@ -63,11 +63,14 @@ def simulate_plan(
     longer = simulate(graphs[1])
     t = (n - k1) / (k2 - k1)
 
-    def line(a: float, b: float) -> float:
+    def line(a, b):  # floats, or arrays of them
         return a + t * (b - a)
 
-    per_rank = [line(a, b) for a, b in zip(short.peak_mem_per_rank, longer.peak_mem_per_rank)]
+    # each event's peak on its own line (the kept outputs' merge can overtake the optimizer's peak past the samples)
+    per_event = line(short.peak_mem_per_event, longer.peak_mem_per_event)
+    per_rank = per_event.max(axis=1).tolist()
     # times summed over the schedule do not shrink with more micro-batches; the sampled runs can still disagree
     # where their busiest rank differs (a last stage of one layer), and a falling line would go below zero
     values = {name: line(getattr(short, name), max(getattr(short, name), getattr(longer, name))) for name in SCALARS}
-    return graphs[0], replace(longer, **{**values, "peak_mem_bytes": max(per_rank), "peak_mem_per_rank": per_rank})
+    peaks = {"peak_mem_bytes": max(per_rank), "peak_mem_per_rank": per_rank, "peak_mem_per_event": per_event}
+    return graphs[0], replace(longer, **{**values, **peaks})

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnn.graph.build import ExecGraph
-from gnn.graph.table import COL, NUM_STREAMS
+from gnn.graph.table import COL, NUM_STREAMS, PASS_PHASES
 from gnn.sim.kernel import simulate_table
 
 
@@ -46,6 +46,9 @@ class SimResult:
     bubble_s: float  # busiest rank's idle compute time with no transfer of its own running (waiting on others)
     start: np.ndarray
     end: np.ndarray
+    # [ranks, events] each rank's peak during its schedule (column 0) and at each row of its end of iteration: each
+    # is affine in the micro-batch count, their maximum need not be (gnn.sim.plan extrapolates them one by one)
+    peak_mem_per_event: np.ndarray | None = None
 
 
 def simulate(g: ExecGraph) -> SimResult:
@@ -66,24 +69,28 @@ def simulate(g: ExecGraph) -> SimResult:
         np.array(g.static_bytes, dtype=np.float64),
         NUM_STREAMS,
         float(g.globals.get("compute_slots", np.inf)),
+        arrays["event"],
+        int(arrays["event"].max(initial=0)) + 1,
     )
-    peaks = peaks.tolist()
+    per_rank = peaks.max(axis=1).tolist()
     return SimResult(
         float(end.max(initial=0.0)),
-        max(peaks),
-        peaks,
+        max(per_rank),
+        per_rank,
         float(busy[critical, 0]),
         float(busy[critical, 1:].sum()),
         exposed,
         bubble,
         start,
         end,
+        peaks,
     )
 
 
 def _structure(g: ExecGraph) -> dict[str, np.ndarray]:
     """What the event-driven schedule (gnn.sim.kernel) needs from the graph's structure: successors in CSR,
-    predecessor counts, each node's rank and stream, and the rank of each transfer (-1 for compute).
+    predecessor counts, each node's rank and stream, the rank of each transfer (-1 for compute), and each node's
+    memory event (0 in the schedule, 1 + its row in an end-of-iteration pass).
     Shared by the graphs of one placement (ExecGraph.structure)."""
     found = g.structure.get("simulate")
     if found is None:
@@ -100,5 +107,15 @@ def _structure(g: ExecGraph) -> dict[str, np.ndarray]:
             "rank": rank,
             "stream": stream,
             "comm_rank": np.where(stream > 0, rank, -1),
+            "event": _events(g),
         }
     return found
+
+
+def _events(g: ExecGraph) -> np.ndarray:
+    """Each node's memory event: 0 in the schedule's passes, 1 + its row for the rows of an end-of-iteration pass."""
+    starts = np.append(g.passes.start, g.num_nodes)
+    sizes = np.diff(starts)
+    row = np.arange(g.num_nodes) - np.repeat(starts[:-1], sizes)
+    step = np.repeat(g.passes.phase == PASS_PHASES.index("step"), sizes)
+    return np.where(step, row + 1, 0).astype(np.int64)

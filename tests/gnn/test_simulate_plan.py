@@ -16,6 +16,9 @@ PLANS = [
     dict(dp=2, pp=4, pp_schedule="1f1b", recompute="selective", num_microbatches=16),
     dict(pp=4, tp=2, pp_schedule="interleaved_1f1b", virtual_stages=2, num_microbatches=24),
     dict(dp=2, pp=2, tp=2, pp_schedule="1f1b", sharding="fsdp_full", sequence_parallel=True, num_microbatches=8),
+    # the last stage's peak moves from its optimizer to the merge of its kept outputs past the sampled counts: a line
+    # through the two sampled peaks misses it by 8%
+    dict(dp=2, pp=4, pp_schedule="1f1b", recompute="full", num_microbatches=32),
 ]
 
 
