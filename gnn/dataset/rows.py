@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from collect.fake.device import allocatable
+from collect.fake.sweep import merged_on_a_line
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.schema.plan import CLUSTER_LATER_FIELDS
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
@@ -105,13 +106,15 @@ def fake_stores(folder: Path) -> list[Path]:
 
 def load_fake(folder: Path) -> pd.DataFrame:
     """The fake-tensor traces of every sweep in ``folder``, compacted or still journalling, as traced: per-rank peaks
-    of the collector's own code at full size, no time. One row per plan."""
+    of the collector's own code at full size, no time. One row per plan; not those whose last stage's peak misses
+    its merge of the kept outputs (collect.fake.sweep.merged_on_a_line) until they are traced again."""
     frames = [ResultStore(p).load() for p in fake_stores(folder)]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if rows.empty:
         return rows
     rows = rows[(rows["status"] == "ok") & (rows["peak_mem_method"] == "fake")]
-    return rows.drop_duplicates("run_id", keep="last").reset_index(drop=True)
+    rows = rows.drop_duplicates("run_id", keep="last")
+    return rows[~merged_on_a_line(rows)].reset_index(drop=True)
 
 
 def fake_as_gpu_rows(rows: pd.DataFrame) -> pd.DataFrame:
