@@ -201,11 +201,14 @@ def run_sweep(spec: SweepSpec, out_dir: Path, limit: int | None, workers: int, t
     counts = {"ok": 0, "error": 0, "timeout": 0}
     with store.writing():
         stored = store.load()
-        done = store.done_ids() - set(stored.loc[merged_on_a_line(stored), "measurement_id"]) if len(stored) else set()
+        stale = set(stored.loc[merged_on_a_line(stored), "measurement_id"]) if len(stored) else set()
+        done = store.done_ids() - stale
         elsewhere = traced_by(out_dir, spec.skip_traced_by)
         todo = [p for p in dict.fromkeys(sample_points(spec)) if f"{p.run_id}-fake" not in done | elsewhere]
-        # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space
-        todo = random.Random(spec.seed).sample(todo, len(todo))[:limit]
+        # a seeded order over every world size: a sweep stopped part way holds a sample of the whole space; the
+        # plans to trace again come first
+        todo = random.Random(spec.seed).sample(todo, len(todo))
+        todo = sorted(todo, key=lambda p: f"{p.run_id}-fake" not in stale)[:limit]
         (out_dir / f"{spec.name}.sweep.json").write_text(spec.model_dump_json(indent=2))
         stop = threading.Event()  # set on Ctrl-C or SIGTERM: every running trace's process is killed, not orphaned
         with ThreadPoolExecutor(workers) as pool, tqdm(total=len(todo), desc=spec.name, unit="plan") as bar:

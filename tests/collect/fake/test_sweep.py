@@ -14,6 +14,7 @@ import yaml
 from collect.fake.sweep import FAKE_METHOD, _trace_rank, run_sweep, sampled_counts, stage_ranks, trace_point
 from collect.store import ResultStore
 from collect.sweep import SweepSpec
+from gnn.dataset.rows import load_fake
 from tests.conftest import tiny_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -45,6 +46,18 @@ def test_rows_are_fake_peaks_per_stage_and_a_resume_traces_nothing_again(tmp_pat
     unknown = _sweep("fake-test-3", sharded).model_copy(update={"skip_traced_by": ["fake-nothing"]})
     with pytest.raises(SystemExit, match="skip_traced_by names fake-nothing"):
         run_sweep(unknown, tmp_path, limit=None, workers=1, timeout_s=60)
+
+
+def test_a_row_whose_merging_last_stage_was_read_off_a_line_is_left_out_and_traced_again_first(tmp_path):
+    many = tiny_spec(pp=2, num_microbatches=8, pp_schedule="1f1b")
+    others = [tiny_spec(dp=2, sharding=sharding) for sharding in ("none", "zero1", "fsdp_full")]
+    run_sweep(_sweep("fake-old", many), tmp_path, limit=None, workers=1, timeout_s=600)
+    store = ResultStore(tmp_path / "fake-old.parquet")
+    store.load().drop(columns="microbatch_line_ranks").to_parquet(store.parquet_path)  # as traced before the fix
+    assert load_fake(tmp_path).empty
+    # the sweep's seeded order would trace the plan third
+    again = run_sweep(_sweep("fake-old", many, *others), tmp_path, limit=1, workers=1, timeout_s=600)
+    assert again["traced"] == 1 and list(load_fake(tmp_path)["run_id"]) == [many.run_id]
 
 
 def test_a_plan_the_collector_does_not_run_as_written_is_an_error_row_not_a_trace(tmp_path):
