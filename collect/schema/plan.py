@@ -75,13 +75,14 @@ class Plan(Strict):
     False: every tp rank holds whole fp32 logits (a ColwiseParallel head with a replicated output, the collector's
     default)."""
     pipeline_keeps_outputs: bool = True
-    """With pp: the last stage keeps every micro-batch's output until the step ends (torch.distributed.pipelining
-    returning the merged outputs, the collector's default). False: only the loss is kept (Megatron, Nanotron;
-    torch's schedule.step(return_outputs=False))."""
+    """With pp: the last stage keeps every micro-batch's output until the step ends, then merges them into one
+    tensor beside them (torch.distributed.pipelining returning the merged outputs, the collector's default). False:
+    only the loss is kept (Megatron, Nanotron; torch's schedule.step(return_outputs=False))."""
     pipeline_holds_buffers: bool = True
     """With pp: each micro-batch's receive buffer, and the gradients passed back for it, are held until the step
-    ends (torch.distributed.pipelining allocates them per micro-batch: the collector's, torchtitan's). False: they
-    live only while used (Megatron's and Nanotron's point-to-point sends)."""
+    ends, and each output to its backward, or to the step's end under the interleaved schedule, which waits its
+    sends only then (torch.distributed.pipelining: the collector's, torchtitan's). False: they live only while used
+    (Megatron's and Nanotron's point-to-point sends)."""
     sequence_parallel_regather: bool = False
     """With sequence_parallel: backward gathers each column-parallel linear's input again, so only its sequence
     shard is kept (Megatron, Nanotron). False: the gathered input is saved whole for backward (torch's DTensor
