@@ -255,7 +255,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m collect.fake.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="a sweep YAML (collect.sweep.SweepSpec)")
     parser.add_argument("--out", type=Path, default=REPO / "data" / "fake")
-    parser.add_argument("--limit", type=int, default=None, help="trace at most this many plans not yet traced")
+    limit_help = "trace at most this many plans not yet traced, those to trace again first"
+    parser.add_argument("--limit", type=int, default=None, help=limit_help)
     parser.add_argument("--workers", type=int, default=1, help="plans traced at once, one process each")
     parser.add_argument("--timeout-s", type=float, default=1800, help="per plan, all its stages")
     args = parser.parse_args(argv)
