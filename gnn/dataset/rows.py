@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 
 from collect.fake.device import allocatable
-from collect.fake.sweep import merged_on_a_line
 from collect.schema import Cluster, Plan, RunSpec, Workload
 from collect.schema.plan import CLUSTER_LATER_FIELDS
 from collect.schema.plan import LATER_FIELDS as PLAN_LATER_FIELDS
@@ -113,6 +112,8 @@ def load_fake(folder: Path) -> pd.DataFrame:
     if rows.empty:
         return rows
     rows = rows[(rows["status"] == "ok") & (rows["peak_mem_method"] == "fake")]
+    from collect.fake.sweep import merged_on_a_line  # lazy: the sweep's imports are not a predictor's start-up
+
     rows = rows.drop_duplicates("run_id", keep="last")
     return rows[~merged_on_a_line(rows)].reset_index(drop=True)
 
