@@ -35,8 +35,9 @@ class BlockCosts:
     head_flops: float
     activation_bytes_per_layer: float  # stored for backward, without recompute
     selective_bytes_per_layer: float  # stored under selective recompute
-    checkpoint_bytes: float  # stored under full recompute: the block's input (sharded under sequence parallelism)
-    boundary_bytes: float  # one hidden-state tensor b*s*d (pipeline p2p, TP collective message)
+    residual_bytes: float  # the hidden state between blocks as a rank holds it (its sequence shard under sequence
+    # parallelism): what full recompute keeps of each block, what a pipeline stage sends and receives
+    boundary_bytes: float  # one whole hidden-state tensor b*s*d (the embedding's output, a TP collective's message)
     logits_bytes: float
     layer_params: float  # parameters of one layer on this tp rank
     expert_params: float  # of those, the routed experts' on this ep rank
@@ -68,7 +69,7 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         head_flops=2 * tokens * d * v / t,
         activation_bytes_per_layer=act,
         selective_bytes_per_layer=tokens * shape.selective_bytes * db / 2,
-        checkpoint_bytes=tokens * d * db / (t if plan.sequence_parallel else 1),
+        residual_bytes=tokens * d * db / (t if plan.sequence_parallel else 1),
         boundary_bytes=tokens * d * db,
         # cross-entropy runs in fp32 on the vocabulary: the collector's TP head is ColwiseParallel with a
         # replicated output (collect/parallel/tp.py), so every rank holds all the logits, unless the plan keeps
@@ -231,7 +232,7 @@ def saved_bytes_per_layer(c: BlockCosts, plan: Plan) -> float:
     it under sequence parallelism (torchtitan's and Megatron's TP plans alike)."""
     if plan.recompute == "none":
         return c.activation_bytes_per_layer
-    return c.selective_bytes_per_layer if plan.recompute == "selective" else c.checkpoint_bytes
+    return c.selective_bytes_per_layer if plan.recompute == "selective" else c.residual_bytes
 
 
 def in_flight_microbatches(plan: Plan, stage: int = 0) -> float:

@@ -21,9 +21,21 @@ from gnn.costs.analytic import (
 
 
 def last_outputs_kept(plan: Plan) -> bool:
-    """Whether the last stage keeps every micro-batch's output to the step's end (StageMemory.output_held_until): the
-    only thing a pass reads of the schedule, GPipe's."""
+    """Whether the last stage keeps every micro-batch's output to the step's end (StageMemory.output_held_until)."""
     return plan.pipeline_keeps_outputs or plan.pp_schedule == "gpipe"
+
+
+def sends_held_to_end(plan: Plan) -> bool:
+    """Whether what the backward sends stays live to the schedule's end: torch's pipelining
+    (plan.pipeline_holds_buffers) waits its backward sends only there under GPipe and the interleaved schedule, each
+    before the next forward under 1F1B, and a send holds its tensor until waited."""
+    return plan.pipeline_holds_buffers and plan.pp_schedule != "1f1b"
+
+
+def schedule_read(plan: Plan) -> tuple[bool, bool]:
+    """All a pass reads of the plan's schedule (the compilers' keys hold it): whether the last stage keeps its
+    outputs to the step's end, whether what the backward sends is held to the schedule's end."""
+    return last_outputs_kept(plan), sends_held_to_end(plan)
 
 
 class StageMemory:
@@ -33,19 +45,20 @@ class StageMemory:
         self.stage_layers, self.num_stages = stage_layers, plan.num_stages
 
     def output_bytes(self, stage: int) -> float:
-        """A micro-batch's output of the stage: the boundary activation, or the last stage's logits in the model's
-        dtype."""
+        """A micro-batch's output of the stage: the hidden state as the rank holds it (a sequence shard under sequence
+        parallelism), or the last stage's logits in the model's dtype."""
         if stage == self.num_stages - 1:
             return self.c.logits_bytes * dtype_bytes(self.w) / 4
-        return self.c.boundary_bytes
+        return self.c.residual_bytes
 
     def output_held_until(self, stage: int) -> str | None:
         """How long a pipelined stage's output of a micro-batch stays live beyond what saving it for backward does:
-        "step" (to the iteration's end), "backward" (to that micro-batch's backward) or None (not beyond its use).
+        "step" (to the iteration's end), "schedule" (to the schedule's end, before the step's merge and optimizer),
+        "backward" (to that micro-batch's backward) or None (not beyond its use).
 
         torch's pipelining (plan.pipeline_holds_buffers) keeps each output to its backward (PipelineStage's
-        fwd_cache); its interleaved schedule (_PipelineScheduleRuntime) waits its sends only when the step ends, and
-        a send holds its tensor until waited, so there every output stays live (1F1B waits each send before the
+        fwd_cache); its interleaved schedule (_PipelineScheduleRuntime) waits its sends only when the schedule ends,
+        and a send holds its tensor until waited, so there every output stays live (1F1B waits each send before the
         next, GPipe frees its sends before its backward). The last stage keeps each output to the step's end when
         the schedule returns them (plan.pipeline_keeps_outputs; under GPipe torch holds as much either way:
         measured 46.3 MB on the last of 2 ranks with and without return_outputs)."""
@@ -56,8 +69,18 @@ class StageMemory:
             if last_outputs_kept(plan):
                 return "step"
         elif plan.virtual_stages > 1 and plan.pipeline_holds_buffers:  # interleaved (the compilers' keys hold v)
-            return "step"
+            return "schedule"
         return "backward" if plan.pipeline_holds_buffers else None
+
+    def input_grad_held(self, stage: int) -> bool:
+        """Whether the gradient a stage's backward sends for its input stays live to the schedule's end."""
+        return stage > 0 and sends_held_to_end(self.plan)
+
+    def sent_bytes(self, stages: tuple[int, ...], microbatches: int) -> float:
+        """What the sends of a rank holding ``stages`` keep live to its schedule's end, all freed before its step."""
+        outputs = sum(self.output_bytes(s) for s in stages if self.output_held_until(s) == "schedule")
+        input_grads = sum(self.c.residual_bytes for s in stages if self.input_grad_held(s))
+        return microbatches * (outputs + input_grads)
 
     def merged_outputs_bytes(self, stages: tuple[int, ...], microbatches: int) -> float:
         """What a rank holding ``stages`` allocates at its step's end to merge the outputs its last stage kept

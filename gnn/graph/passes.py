@@ -17,8 +17,8 @@ from gnn.costs.hardware import HardwareModel
 from gnn.costs.layers import recompute_flop_share
 from gnn.costs.pricing import Pricing, network
 from gnn.graph.layout import stage_role, uneven_layers
-from gnn.graph.memory import StageMemory, last_outputs_kept
-from gnn.graph.step import compile_step, overlap_windows, with_merged_outputs
+from gnn.graph.memory import StageMemory, schedule_read
+from gnn.graph.step import compile_step, overlap_windows, with_schedule_end
 from gnn.graph.table import COL
 from gnn.graph.template import PassRows, PassTemplate
 
@@ -28,7 +28,7 @@ def shared_compiler(cache: dict | None, w: Workload, plan: Plan, cluster: Cluste
     differed only in schedule and micro-batch count. The cache holds references to ``hw``: scope it to a batch."""
     if cache is None:
         return PassCompiler(w, plan, cluster, hw)
-    key = (w, cluster, id(hw), last_outputs_kept(plan), *(v for name, v in plan if name not in _PLACEMENT_ONLY))
+    key = (w, cluster, id(hw), *schedule_read(plan), *(v for name, v in plan if name not in _PLACEMENT_ONLY))
     found = cache.get(key)
     if found is None or found.hw is not hw:
         found = cache[key] = PassCompiler(w, plan, cluster, hw, cache.setdefault(_SHARED, {}))
@@ -57,7 +57,7 @@ class PassCompiler:
         # variants and sharding (see template, step): looked up once here, as the key holds the workload and
         # cluster, whose hashes and comparisons are costly
         what = (id(hw), w, cluster, plan.dp, plan.cp, plan.ep, plan.etp, plan.tp, plan.pp, plan.virtual_stages)
-        what += (plan.recompute, last_outputs_kept(plan))
+        what += (plan.recompute, *schedule_read(plan))
         conventions = tuple(getattr(plan, k) for k in CONVENTIONS)
         self._shared_passes = self.shared.setdefault((*what, plan.sequence_parallel, *conventions), {})
         self._shared_steps = self.shared.setdefault(("S", id(hw), w), {})
@@ -121,7 +121,7 @@ class PassCompiler:
                 last = self._layer_comm(rows, last, stage, "forward", "ep_a2a")  # dispatch
             last = rows.add(last, kind, "forward", stage, count=L, flops=L * flops, alloc_bytes=L * saved / 2)
             if stage > 0 and kind == "attn" and plan.pipeline_holds_buffers:
-                rows.hold(last, c.boundary_bytes)  # pipelining's receive buffer for this micro-batch's input
+                rows.hold(last, c.residual_bytes)  # pipelining's receive buffer for this micro-batch's input
             last = self._layer_comm(rows, last, stage, "forward", _AFTER[kind])
             last = self._layer_comm(rows, last, stage, "forward", "tp_comm")
         if stage == plan.num_stages - 1:
@@ -131,10 +131,10 @@ class PassCompiler:
             )
         else:
             last = rows.add(
-                last, "p2p", "forward", stage, message_bytes=c.boundary_bytes, group=2, crosses_node=self.pp_cross
+                last, "p2p", "forward", stage, message_bytes=c.residual_bytes, group=2, crosses_node=self.pp_cross
             )
         output, until = self.memory.output_bytes(stage), self.memory.output_held_until(stage)
-        if until == "step":
+        if until in ("step", "schedule"):
             rows.hold(last, output)
         elif until == "backward":
             rows.keep(last, output)
@@ -195,10 +195,11 @@ class PassCompiler:
         if stage == 0:
             last = rows.add(last, "embed", "backward", stage)
         rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather) + self.memory.gathered_root(stage))
-        # pipelining keeps, per micro-batch, the gradient received from the next stage and the one computed for
-        # the previous stage's input (its receive buffer's .grad) until the iteration ends
+        # pipelining keeps, per micro-batch, the buffer it received this stage's output gradient in; the gradient it
+        # sends for the stage's input lives until the send is waited (StageMemory.input_grad_held)
         if plan.pipeline_holds_buffers:
-            rows.hold(last, c.boundary_bytes * ((stage < plan.num_stages - 1) + (stage > 0)))
+            held = (stage < plan.num_stages - 1) + self.memory.input_grad_held(stage)
+            rows.hold(last, c.residual_bytes * held)
         if plan.fsdp_enabled and plan.data_ranks > 1 and not self.memory.pipelined_fsdp():
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
             units = self.memory.fsdp_units(stage)
@@ -219,7 +220,7 @@ class PassCompiler:
             grads_at = last
         if stage > 0:
             last = rows.add(
-                last, "p2p", "backward", stage, message_bytes=c.boundary_bytes, group=2, crosses_node=self.pp_cross
+                last, "p2p", "backward", stage, message_bytes=c.residual_bytes, group=2, crosses_node=self.pp_cross
             )
         return rows.done(last, grads_at)
 
@@ -227,8 +228,8 @@ class PassCompiler:
         """A rank's end of iteration: DDP's gradient all-reduce, the optimizer, ZeRO-1's parameter all-gather.
         Its rows depend on the parameters held, how they are sharded and reduced, the hardware and, where they
         overlap compute, the compute they hide under: plans of a batch that agree on those share it, as do ranks
-        whose stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places).
-        The last stage's rank first merges the ``microbatches`` outputs it kept, if the schedule returns them."""
+        whose stages have the same roles (gnn.graph.build writes each rank's own stage into the rows it places),
+        led by what the schedule's end does with its ``microbatches`` (gnn.graph.step.with_schedule_end)."""
         plan = self.plan
         roles = tuple(self._role(s) for s in stages)
         key = (plan.tp, plan.dp, plan.cp, plan.ep, plan.pp, plan.sharding, plan.fp32_grads, self.stage_layers, roles)
@@ -236,11 +237,10 @@ class PassCompiler:
         key += (self.dp_cross, plan.grad_reduce_overlap, plan.param_gather_overlap, windows, plan.sequence_parallel)
         found = self._shared_steps.get(key)
         if found is None:
-            found = self._shared_steps[key] = compile_step(
-                self.memory, self.pricing, self.dp_cross, stages, windows, foreach=self.cuda
-            )
-        merged = self.memory.merged_outputs_bytes(stages, microbatches)
-        return with_merged_outputs(found, plan.num_stages - 1, merged) if merged else found
+            found = compile_step(self.memory, self.pricing, self.dp_cross, stages, windows, foreach=self.cuda)
+            self._shared_steps[key] = found
+        sent, merged = (f(stages, microbatches) for f in (self.memory.sent_bytes, self.memory.merged_outputs_bytes))
+        return with_schedule_end(found, stages[0], sent, merged)
 
     def static_bytes(self) -> list[float]:
         """Resident from the start, per pipeline rank (StageMemory.static_bytes), computed once."""

@@ -116,8 +116,13 @@ def exposed(pricing: Pricing, kind: str, fields: dict, window: float) -> float:
     return max(whole / fields["count"], whole - window)
 
 
-def with_merged_outputs(step: PassTemplate, stage: int, merged: float) -> PassTemplate:
-    """The last stage's rank's end of iteration led by the schedule's merge of its kept outputs (torch.cat of every
-    micro-batch's, ``merged`` bytes) beside them: the trainer drops the merged copy before the optimizer runs. Its
-    copying is not priced."""
-    return led_by(step, table_row("head", "step", 0, stage, 0, 1, 0.0, 0.0, 1, False, 0.0, 0.0, merged, 0.0))
+def with_schedule_end(step: PassTemplate, stage: int, sent: float, merged: float) -> PassTemplate:
+    """A rank's end of iteration (its first stage ``stage``) led by its schedule's end: the sends waited there free
+    the ``sent`` bytes they held (StageMemory.sent_bytes); then the last stage's rank merges its kept outputs
+    (torch.cat of every micro-batch's, ``merged`` bytes, beside them: the trainer drops the merged copy before the
+    optimizer runs). Neither is priced."""
+    if merged:
+        step = led_by(step, table_row("head", "step", 0, stage, 0, 1, 0.0, 0.0, 1, False, 0.0, 0.0, merged, 0.0))
+    if sent:
+        step = led_by(step, table_row("p2p", "step", 0, stage, 0, 1, 0.0, 0.0, 1, False, 0.0, sent, 0.0, 0.0))
+    return step

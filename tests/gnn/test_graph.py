@@ -63,9 +63,12 @@ def test_tensor_parallel_collectives_per_block_and_phase():
 
 def test_pipeline_send_recv_and_gpipe_order():
     g, _ = graph(pp=2, pp_schedule="gpipe", num_microbatches=2)
-    p2p = [n for n in g.nodes if n.kind == "p2p"]
-    assert Counter((n.phase, n.stage) for n in p2p) == {("forward", 0): 2, ("backward", 1): 2}
-    assert all(n.message_bytes == 2 * 32 * 64 * 4 for n in p2p)
+    sends = [n for n in g.nodes if n.kind == "p2p" and n.phase != "step"]
+    assert Counter((n.phase, n.stage) for n in sends) == {("forward", 0): 2, ("backward", 1): 2}
+    assert all(n.message_bytes == 2 * 32 * 64 * 4 for n in sends)
+    # GPipe waits its backward sends when the schedule ends: stage 1's rank frees the two input gradients they held
+    (waited,) = [n for n in g.nodes if n.kind == "p2p" and n.phase == "step"]
+    assert waited.stage == 1 and waited.free_bytes == 2 * (2 * 32 * 64 * 4)
     # stage 0 embeds, stage 1 has the head
     assert kinds(g, "forward")["embed"] == 2 and kinds(g, "forward")["head"] == 2
     assert g.num_ranks == 2
@@ -222,16 +225,17 @@ def test_hand_built_graph_is_its_own_pass_graph():
 
 
 def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_graphs():
-    """Plans that differ only in their pipeline schedule share a pass compiler, and plans that differ only in
-    how they shard share the passes and optimizer steps that do not read it; their graphs and simulations are
-    those of fresh compilers."""
+    """Plans that differ only in a schedule their passes read alike share a pass compiler, and plans that differ
+    only in how they shard share the passes and optimizer steps that do not read it; their graphs and simulations
+    are those of fresh compilers."""
     from gnn.graph.passes import PassCompiler
     from gnn.sim.plan import simulate_plan
 
     hw, cache = UnitHardware(), {}
     plans = [
-        dict(pp=pp, dp=dp, pp_schedule=schedule, num_microbatches=8, sharding=sharding, recompute=recompute)
-        for pp, schedule in ((1, None), (2, "1f1b"), (2, "gpipe"), (4, "1f1b"))
+        dict(pp=pp, dp=dp, pp_schedule=schedule, num_microbatches=8, sharding=sharding, recompute=recompute, **holds)
+        for pp, schedule, holds in [(1, None, {}), (2, "1f1b", {}), (2, "gpipe", {}), (4, "1f1b", {})]
+        + [(2, schedule, dict(pipeline_holds_buffers=False)) for schedule in ("1f1b", "gpipe")]
         for dp in (1, 2)
         for sharding in ("none", "zero1", "fsdp_grad_op", "fsdp_full")
         for recompute in ("none", "full")
@@ -244,7 +248,8 @@ def test_plans_of_a_batch_share_compilers_and_passes_without_changing_their_grap
         assert shared_sim.iter_time_s == fresh_sim.iter_time_s
         assert shared_sim.peak_mem_per_rank == fresh_sim.peak_mem_per_rank
     compilers = [c for c in cache.values() if isinstance(c, PassCompiler)]
-    # the two schedules of pp 2 share a compiler (per dp, sharding, recompute)
+    # pp 2's two schedules share a compiler (per dp, sharding, recompute) where pipelining holds no buffers; where it
+    # does, GPipe's passes hold their sends to the schedule's end and 1F1B's do not
     assert len(compilers) == len(plans) - 2 * 4 * 2
     placed = [t for c in compilers for t in c.templates.values()]
     assert len({id(t) for t in placed}) < 0.8 * len(placed)
