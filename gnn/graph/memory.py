@@ -102,7 +102,27 @@ class StageMemory:
         of their shard: that counted every ep rank's experts)."""
         if not self.pipelined_fsdp():
             return self.state(stage)["grad"]
-        return self.params(stage) * grad_dtype_bytes(self.w, self.plan)
+        whole_embedding = self.embedding_grad_bytes() * (1 - 1 / self.plan.tp) if stage == 0 else 0.0
+        return self.params(stage) * grad_dtype_bytes(self.w, self.plan) + whole_embedding
+
+    def embedding_grad_bytes(self) -> float:
+        """The token embedding's gradient as its backward makes it: the whole table, on every rank. DTensor's
+        embedding backward has no strategy sharded over the vocabulary (torch.distributed.tensor._ops._embedding_ops),
+        so under tensor parallelism each rank makes a Partial gradient of the whole table, which a pipelined FSDP
+        stage accumulates so until its last micro-batch (traced: Llama 3.1 8B at tp 8, 1,002 MiB, not its 125 MiB
+        shard)."""
+        return self.w.vocab * self.w.hidden * grad_dtype_bytes(self.w, self.plan)
+
+    def embedding_backward_bytes(self, units_gathered: bool) -> float:
+        """What the first stage's embedding backward, its pass's last node, holds beyond what is charged: the whole
+        gradient it makes, where that is more than the shard charged (tensor parallelism) or made beside the one a
+        pipelined FSDP stage accumulates (each micro-batch's is added to it, then freed); and, with
+        ``units_gathered`` (pipelined fsdp_full, every backward but the last: gnn.graph.layout.variant), every
+        block's unit, gathered for the backward and not yet resharded."""
+        if not self.pipelined_fsdp():
+            return self.embedding_grad_bytes() if self.plan.tp > 1 else 0.0
+        gathered = self.stage_layers[0] * self.unit_bytes(0) if units_gathered else 0.0
+        return self.embedding_grad_bytes() + gathered
 
     def grads_written_at_gather(self, stage: int) -> float:
         """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1

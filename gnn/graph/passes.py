@@ -19,7 +19,7 @@ from gnn.costs.pricing import Pricing, network
 from gnn.graph.layout import stage_role, uneven_layers
 from gnn.graph.memory import StageMemory, schedule_read
 from gnn.graph.step import compile_step, overlap_windows, with_schedule_end
-from gnn.graph.table import COL
+from gnn.graph.table import COL, KINDS
 from gnn.graph.template import PassRows, PassTemplate
 
 
@@ -155,11 +155,14 @@ class PassCompiler:
             found = self.activations[role] = forward.kept_bytes
         return found
 
-    def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
+    def _backward(self, stage: int, first: bool, frees_gather: bool, keeps_units: bool) -> PassTemplate:
         if first:
             # a stage's first backward is any other plus the gradients it allocates (accumulated in place after)
-            other = self.template("B", stage, (False, frees_gather))
+            other = self.template("B", stage, (False, frees_gather, keeps_units))
             table = other.table.copy()
+            if self.memory.pipelined_fsdp():  # the embedding's gradient is made here, not beside an earlier one
+                embed = table[:, COL["kind"]] == KINDS.index("embed")
+                table[embed, COL["transient_bytes"]] -= self.memory.embedding_grad_bytes()
             grads = self.memory.grad_bytes(stage)
             early = grads * self.memory.grads_written_at_gather(stage)
             table[other.grads_at, COL["alloc_bytes"]] += early
@@ -192,9 +195,11 @@ class PassCompiler:
             held = c.mlp_grad_bytes if kind == "mlp" else 0.0  # the MLP's activations' gradients, at once
             last = rows.add(last, kind, "backward", stage, count=L, flops=2 * L * flops, transient_bytes=held)
             last = self._layer_comm(rows, last, stage, "backward", _AFTER[kind])
+        rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))  # before the embedding's gradient is made
         if stage == 0:
-            last = rows.add(last, "embed", "backward", stage)
-        rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather) + self.memory.gathered_root(stage))
+            made = self.memory.embedding_backward_bytes(keeps_units)
+            last = rows.add(last, "embed", "backward", stage, transient_bytes=made)
+        rows.set(last, "free_bytes", rows.rows[last][COL["free_bytes"]] + self.memory.gathered_root(stage))
         # pipelining keeps, per micro-batch, the buffer it received this stage's output gradient in; the gradient it
         # sends for the stage's input lives until the send is waited (StageMemory.input_grad_held)
         if plan.pipeline_holds_buffers:
@@ -269,17 +274,12 @@ class PassCompiler:
         staging = self.memory.unit_bytes(stage) if self.gloo and plan.data_ranks > 1 else 0.0
         units = self.memory.fsdp_units(stage)
         return rows.add(
-            after,
-            "fsdp_allgather",
-            phase,
-            stage,
-            count=units,
+            after, "fsdp_allgather", phase, stage, count=units,
             message_bytes=full / plan.data_ranks / units / (2 if plan.float8_all_gather else 1),  # FP8: 1 byte
-            group=plan.data_ranks,
-            crosses_node=self.dp_cross,
+            group=plan.data_ranks, crosses_node=self.dp_cross,
             alloc_bytes=full if keep else self.memory.gathered_root(stage),
             transient_bytes=staging + (0.0 if keep else gathered),
-        )
+        )  # fmt: skip
 
     def _layer_comm(self, rows: PassRows, after: int | None, stage: int, phase: str, kind: str) -> int | None:
         """A collective each layer of the stage runs, if the plan has it: tensor parallelism's all-reduce (or

@@ -103,7 +103,7 @@ def overlap_windows(plan, stages: tuple[int, ...], template) -> tuple[float, flo
     if not (plan.grad_reduce_overlap or plan.param_gather_overlap):
         return 0.0, 0.0
     compute = lambda table: float(table[table[:, COL["stream"]] == 0, COL["est_time"]].sum())  # noqa: E731
-    backward = sum(compute(template("B", s, (False, False)).table) for s in stages)
+    backward = sum(compute(template("B", s, (False, False, False)).table) for s in stages)
     forward = sum(compute(template("F", s, (False,)).table) for s in stages)
     return backward, forward
 
