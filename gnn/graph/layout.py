@@ -86,15 +86,13 @@ def _fsdp(plan: Plan) -> str | None:
 
 def variant(phase: str, mb: int, num_microbatches: int, pp: int, fsdp: str | None) -> tuple[bool, ...]:
     """What distinguishes one micro-batch's pass from another's: forward, whether it gathers FSDP parameters;
-    backward, whether it is the first (allocates the gradients), whether it frees grad_op's gathered ones, and
-    whether it leaves fsdp_full's units gathered (pipelined, every backward but the last: torch's pipelining turns
-    FSDP's resharding after backward off until then)."""
+    backward, whether it is the first (allocates the gradients) and whether it frees grad_op's gathered ones."""
     first, last = mb == 0, mb == num_microbatches - 1
     # grad_op keeps parameters gathered across a pipeline's micro-batches; without pp the trainer reshards after
     # each backward, so every micro-batch gathers again (and frees at its own backward)
     if phase == "F":
         return (fsdp == "fsdp_full" or (fsdp == "fsdp_grad_op" and (first or pp == 1)),)
-    return first, fsdp == "fsdp_grad_op" and (pp == 1 or last), fsdp == "fsdp_full" and pp > 1 and not last
+    return first, fsdp == "fsdp_grad_op" and (pp == 1 or last)
 
 
 def _layout(plan: Plan, uneven: tuple[int, ...] | None) -> Layout:

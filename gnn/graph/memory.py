@@ -113,16 +113,28 @@ class StageMemory:
         shard)."""
         return self.w.vocab * self.w.hidden * grad_dtype_bytes(self.w, self.plan)
 
-    def embedding_backward_bytes(self, units_gathered: bool) -> float:
-        """What the first stage's embedding backward, its pass's last node, holds beyond what is charged: the whole
-        gradient it makes, where that is more than the shard charged (tensor parallelism) or made beside the one a
-        pipelined FSDP stage accumulates (each micro-batch's is added to it, then freed); and, with
-        ``units_gathered`` (pipelined fsdp_full, every backward but the last: gnn.graph.layout.variant), every
-        block's unit, gathered for the backward and not yet resharded."""
-        if not self.pipelined_fsdp():
-            return self.embedding_grad_bytes() if self.plan.tp > 1 else 0.0
-        gathered = self.stage_layers[0] * self.unit_bytes(0) if units_gathered else 0.0
-        return self.embedding_grad_bytes() + gathered
+    def embedding_backward_bytes(self) -> float:
+        """What the first stage's embedding backward makes beyond the gradients charged: the whole gradient, where
+        that is more than the shard charged (tensor parallelism) or made beside the one a pipelined FSDP stage
+        accumulates (each micro-batch's is added to it, then freed); and the hidden state's gradient it reads,
+        whole, with under tensor parallelism the collective's copy it came through."""
+        whole = self.embedding_grad_bytes() if self.plan.tp > 1 or self.pipelined_fsdp() else 0.0
+        return whole + self.c.boundary_bytes * (2 if self.plan.tp > 1 else 1)
+
+    def left_gathered(self, stage: int) -> float:
+        """What a backward's end still holds gathered beyond the root unit the pass holds to its end: pipelined
+        under fsdp_full, every block's unit (torch's pipelining turns FSDP's resharding after backward off for every
+        micro-batch, the last too: the next forward reshards them as it goes, the step's reduction group by group,
+        StageMemory.gathered_at_reduce)."""
+        pipelined_full = self.pipelined_fsdp() and self.plan.reshard_after_forward
+        blocks = self.stage_layers[stage] * self.c.layer_params * dtype_bytes(self.w)  # unpadded: as unsharded
+        return blocks if pipelined_full else 0.0
+
+    def gathered_at_reduce(self, stages: tuple[int, ...]) -> float:
+        """What pipelined FSDP still holds gathered when the step reduces its first group: every stage's weights,
+        under either mode (torch's PipelineStage.perform_reduce_grad reshards each group as it reduces it)."""
+        gathered = sum(self.params(s) for s in stages) * dtype_bytes(self.w)  # unpadded: as unsharded
+        return gathered if self.pipelined_fsdp() else 0.0
 
     def grads_written_at_gather(self, stage: int) -> float:
         """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1
@@ -131,6 +143,8 @@ class StageMemory:
         yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them."""
         if not self.plan.reshard_after_forward or self.plan.data_ranks == 1:
             return 1.0
+        if self.pipelined_fsdp():  # unsharded, each block's made as its activations are freed: charged at the end
+            return 0.0
         L, c = self.stage_layers[stage], self.c
         return max(L - 2, 0) * c.layer_params / self.params(stage)
 

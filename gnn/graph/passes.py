@@ -155,14 +155,15 @@ class PassCompiler:
             found = self.activations[role] = forward.kept_bytes
         return found
 
-    def _backward(self, stage: int, first: bool, frees_gather: bool, keeps_units: bool) -> PassTemplate:
+    def _backward(self, stage: int, first: bool, frees_gather: bool) -> PassTemplate:
         if first:
             # a stage's first backward is any other plus the gradients it allocates (accumulated in place after)
-            other = self.template("B", stage, (False, frees_gather, keeps_units))
+            other = self.template("B", stage, (False, frees_gather))
             table = other.table.copy()
             if self.memory.pipelined_fsdp():  # the embedding's gradient is made here, not beside an earlier one
                 embed = table[:, COL["kind"]] == KINDS.index("embed")
                 table[embed, COL["transient_bytes"]] -= self.memory.embedding_grad_bytes()
+                table[other.end, COL["transient_bytes"]] += table[other.end, COL["free_bytes"]]  # made before it
             grads = self.memory.grad_bytes(stage)
             early = grads * self.memory.grads_written_at_gather(stage)
             table[other.grads_at, COL["alloc_bytes"]] += early
@@ -197,7 +198,7 @@ class PassCompiler:
             last = self._layer_comm(rows, last, stage, "backward", _AFTER[kind])
         rows.set(last, "free_bytes", self._saved_bytes(stage, frees_gather))  # before the embedding's gradient is made
         if stage == 0:
-            made = self.memory.embedding_backward_bytes(keeps_units)
+            made = self.memory.embedding_backward_bytes()
             last = rows.add(last, "embed", "backward", stage, transient_bytes=made)
         rows.set(last, "free_bytes", rows.rows[last][COL["free_bytes"]] + self.memory.gathered_root(stage))
         # pipelining keeps, per micro-batch, the buffer it received this stage's output gradient in; the gradient it
@@ -209,16 +210,11 @@ class PassCompiler:
             # a unit's unsharded gradients and the reduce-scatter's input copy of them are live together
             units = self.memory.fsdp_units(stage)
             scatter = rows.add(
-                last,
-                "fsdp_reducescatter",
-                "backward",
-                stage,
-                count=units,
+                last, "fsdp_reducescatter", "backward", stage, count=units,
                 message_bytes=self.memory.params(stage) * grad_dtype_bytes(self.w, plan) / units,
-                group=plan.data_ranks,
-                crosses_node=self.dp_cross,
+                group=plan.data_ranks, crosses_node=self.dp_cross,
                 transient_bytes=2 * max(self.memory.unit_bytes(stage), self.memory.root_bytes(stage)),
-            )
+            )  # fmt: skip
             if not plan.reshard_after_forward:
                 grads_at = scatter
         elif not plan.reshard_after_forward:
@@ -227,6 +223,7 @@ class PassCompiler:
             last = rows.add(
                 last, "p2p", "backward", stage, message_bytes=c.residual_bytes, group=2, crosses_node=self.pp_cross
             )
+        rows.set(last, "transient_bytes", rows.rows[last][COL["transient_bytes"]] + self.memory.left_gathered(stage))
         return rows.done(last, grads_at)
 
     def step(self, stages: tuple[int, ...], microbatches: int) -> PassTemplate:

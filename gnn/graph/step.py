@@ -52,7 +52,7 @@ def compile_step(
         last = rows.add(last, "dp_comm", "backward", stages[0], seconds=seconds, **fields)
     if memory.pipelined_fsdp():
         # one reduce-scatter of the stages' accumulated gradients, unit by unit: a unit's input copy and its
-        # shard live beside the unsharded gradients
+        # shard live beside the unsharded gradients and the weights still gathered
         unit = max(max(memory.unit_bytes(s), memory.root_bytes(s)) for s in stages)
         units = sum(memory.fsdp_units(s) for s in stages)
         last = rows.add(
@@ -64,7 +64,7 @@ def compile_step(
             message_bytes=params * grad_dtype_bytes(w, plan) / units,
             group=plan.data_ranks,
             crosses_node=dp_cross,
-            transient_bytes=unit * (1 + 1 / plan.data_ranks),
+            transient_bytes=unit * (1 + 1 / plan.data_ranks) + memory.gathered_at_reduce(stages),
         )
     shard = plan.data_ranks if plan.sharding != "none" else 1
     # AdamW reads and writes parameter, gradient and both moments: ~16 bytes and ~10 flops per parameter. On
@@ -103,7 +103,7 @@ def overlap_windows(plan, stages: tuple[int, ...], template) -> tuple[float, flo
     if not (plan.grad_reduce_overlap or plan.param_gather_overlap):
         return 0.0, 0.0
     compute = lambda table: float(table[table[:, COL["stream"]] == 0, COL["est_time"]].sum())  # noqa: E731
-    backward = sum(compute(template("B", s, (False, False, False)).table) for s in stages)
+    backward = sum(compute(template("B", s, (False, False)).table) for s in stages)
     forward = sum(compute(template("F", s, (False,)).table) for s in stages)
     return backward, forward
 
