@@ -140,11 +140,10 @@ class StageMemory:
         """Share of a stage's gradients a first backward has allocated at its peak. Under fsdp_full over dp > 1
         the peak comes while the last two units are gathered: the gradient shards of the units before them
         are written, those of these two and of the root unit (embedding, head: reduced at the very end) not
-        yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them."""
-        if not self.plan.reshard_after_forward or self.plan.data_ranks == 1:
+        yet (allocator trace, one micro-batch: 2 of 4 block shards live at the peak). Otherwise all of them: a
+        pipelined FSDP stage's peak comes at its backward's end or its step's reduction."""
+        if not self.plan.reshard_after_forward or self.plan.data_ranks == 1 or self.pipelined_fsdp():
             return 1.0
-        if self.pipelined_fsdp():  # unsharded, each block's made as its activations are freed: charged at the end
-            return 0.0
         L, c = self.stage_layers[stage], self.c
         return max(L - 2, 0) * c.layer_params / self.params(stage)
 

@@ -165,7 +165,8 @@ class PassCompiler:
                 table[embed, COL["transient_bytes"]] -= self.memory.embedding_grad_bytes()
                 table[other.end, COL["transient_bytes"]] += table[other.end, COL["free_bytes"]]  # made before it
             grads = self.memory.grad_bytes(stage)
-            early = grads * self.memory.grads_written_at_gather(stage)
+            # pipelined FSDP's unsharded gradients come as the blocks' activations go: charged at the end
+            early = 0.0 if self.memory.pipelined_fsdp() else grads * self.memory.grads_written_at_gather(stage)
             table[other.grads_at, COL["alloc_bytes"]] += early
             table[other.end, COL["alloc_bytes"]] += grads - early
             return PassTemplate(table, other.edges, other.end, other.grads_at, other.kept_bytes, other.shape)
