@@ -23,6 +23,8 @@ CUDA_MATMUL_SIZES = (1024, 2048, 4096, 8192)  # a GPU's 1024^3 product takes mic
 COPY_BYTES, CUDA_COPY_BYTES = 64 * 2**20, 2**30  # a GPU copies 64 MiB in ~30 us
 MATMUL_DTYPES = ("float32", "bfloat16")
 BLOCK_REPEATS = 5  # a tensor-parallel layer on 4 ranks sharing 2 cores takes up to ~0.2 s
+# seconds of samples per compute point: a CPU's bf16 product of 1024^3 takes 2-4 s, fifteen of them most of a minute
+COMPUTE_BUDGET_S = 3.0
 
 
 def message_sizes(max_bytes: int, min_bytes: int = 16) -> list[int]:
@@ -66,13 +68,13 @@ def _compute_points(repeats: int, device: torch.device) -> list[dict]:
         for n in CUDA_MATMUL_SIZES if cuda else MATMUL_SIZES:
             a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
             b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
-            seconds = median_time(lambda: torch.mm(a, b), device, repeats, warmups=1)
+            seconds = median_time(lambda: torch.mm(a, b), device, repeats, warmups=1, budget_s=COMPUTE_BUDGET_S)
             points.append(
                 {"kind": "matmul", "dtype": dtype, "n": n, "time_s": seconds, "flops_per_s": 2 * n**3 / seconds}
             )
     src = torch.empty(CUDA_COPY_BYTES if cuda else COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = median_time(lambda: dst.copy_(src), device, repeats, warmups=1)
+    seconds = median_time(lambda: dst.copy_(src), device, repeats, warmups=1, budget_s=COMPUTE_BUDGET_S)
     # a copy reads and writes every byte once
     points.append(
         {"kind": "memory_bandwidth", "bytes": src.numel(), "time_s": seconds, "bytes_per_s": 2 * src.numel() / seconds}
