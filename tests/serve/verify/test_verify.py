@@ -13,7 +13,7 @@ from serve.verify.cost import HTTP_SECONDS, MAX_PLANS, plan_seconds
 from tests.serve.conftest import CLUSTER, REPO, WORKLOAD, call
 from tests.serve.test_http import PLANS
 
-PIPELINED = {"dp": 1, "pp": 4, "num_microbatches": 16, "pp_schedule": "1f1b"}
+PIPELINED = {"dp": 2, "pp": 2, "num_microbatches": 8, "pp_schedule": "1f1b"}  # each traced stage costs ~10 s
 
 
 def _verify(*args):
@@ -44,7 +44,7 @@ def test_the_shell_traces_each_plan_beside_its_prediction(predictor_path, tmp_pa
         assert {"weights", "gradients", "optimizer", "activations", "peak_bytes"} <= set(parts)
     assert flat["traced_ranks"] == [0] and len(flat["simulated"]) == 1
     # a pipeline is traced on each stage's first rank, and the simulator's breakdown is given per pipeline rank
-    assert piped["traced_ranks"] == [0, 1, 2, 3] and len(piped["simulated"]) == 4
+    assert piped["traced_ranks"] == [0, 2] and len(piped["simulated"]) == 2
     spec.write_text(json.dumps({"workload": WORKLOAD, "cluster": CLUSTER, "plans": [PLANS[0]]}))
     table = _verify(str(spec), "--model", str(predictor_path))
     assert table.returncode == 0, table.stderr
