@@ -170,10 +170,15 @@ class Workload(Strict):
     @property
     def moe_layers(self) -> int:
         """How many of the layers are MoE."""
+        return self.moe_layers_in(0, self.layers)
+
+    def moe_layers_in(self, start: int, stop: int) -> int:
+        """How many of layers start .. stop - 1 are MoE: after first_dense_layers, every moe_every-th (Qwen's
+        decoder_sparse_step convention: the moe_every-th, 2 moe_every-th, ... after them)."""
         if self.family != "moe":
             return 0
-        rest = max(self.layers - self.first_dense_layers, 0)
-        return rest // self.moe_every
+        lo, hi = (max(i - self.first_dense_layers, 0) for i in (start, stop))
+        return hi // self.moe_every - lo // self.moe_every
 
     @property
     def attention(self) -> AttentionShape:

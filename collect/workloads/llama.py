@@ -149,8 +149,7 @@ class Embeddings(nn.Module):
 
 def is_moe_layer(w: Workload, index: int) -> bool:
     """After first_dense_layers, every moe_every-th layer (Qwen's decoder_sparse_step convention)."""
-    rest = index - w.first_dense_layers
-    return w.family == "moe" and rest >= 0 and rest % w.moe_every == w.moe_every - 1
+    return w.moe_layers_in(index, index + 1) == 1
 
 
 class Llama(nn.Module):

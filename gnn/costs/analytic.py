@@ -48,6 +48,7 @@ class BlockCosts:
     a2a_bytes: float = 0.0  # expert parallelism's all-to-all, one direction, one MoE layer-equivalent
     ring_bytes: float = 0.0  # context parallelism: the key/value shard one ring step passes on
     mlp_grad_bytes: float = 0.0  # held at once by one layer's MLP backward beyond what it keeps (layers.mlp_grad_bytes)
+    moe_extra_params: float = 0.0  # a MoE layer's weights over a dense one's on this rank (LayerShape)
 
 
 def dtype_bytes(w: Workload) -> int:
@@ -84,6 +85,7 @@ def block_costs(w: Workload, plan: Plan) -> BlockCosts:
         a2a_bytes=tokens * shape.a2a_elements * db,
         ring_bytes=tokens * shape.ring_elements * db if plan.cp_enabled else 0.0,
         mlp_grad_bytes=max(tokens * shape.mlp_grad_bytes * db / 2, expert_grad_stack_bytes(w, plan)),
+        moe_extra_params=shape.moe_extra_params,
     )
 
 
@@ -110,9 +112,25 @@ def block_features(c: BlockCosts, block: str, db: int) -> tuple[float, float, fl
     return flops, share * c.layer_params * db, c.boundary_bytes
 
 
-def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage: int, layers: int) -> float:
-    """Parameters of a pipeline stage holding ``layers`` blocks (and the embedding or head at the ends)."""
-    params = layers * costs.layer_params
+def stage_moe_layers(w: Workload, stage_layers: tuple[int, ...], stage: int) -> int:
+    """MoE layers among a stage's blocks (Plan.stage_layers' split, in order)."""
+    start = sum(stage_layers[:stage])
+    return w.moe_layers_in(start, start + stage_layers[stage])
+
+
+def block_params(w: Workload, costs: BlockCosts, stage_layers: tuple[int, ...], stage: int) -> float:
+    """Parameters of a stage's blocks: its dense and MoE layers as they fall, where a layer's figures are averages
+    over the model's (DeepSeek-V3's first stage of 8 holds its 3 dense layers and 4 MoE ones, not 7 average)."""
+    layers = stage_layers[stage]
+    if not w.moe_layers:
+        return layers * costs.layer_params
+    surplus = stage_moe_layers(w, stage_layers, stage) - layers * w.moe_layers / w.layers
+    return layers * costs.layer_params + surplus * costs.moe_extra_params
+
+
+def stage_params(w: Workload, plan: Plan, costs: BlockCosts, stage_layers: tuple[int, ...], stage: int) -> float:
+    """Parameters of a pipeline stage: its blocks (and the embedding or head at the ends)."""
+    params = block_params(w, costs, stage_layers, stage)
     if stage == 0:
         params += costs.embed_params
     if stage == plan.num_stages - 1:

@@ -53,6 +53,7 @@ class LayerShape:
     a2a_elements: float  # per token, one direction of expert parallelism's all-to-all (dispatch or combine)
     ring_elements: float  # per token, the key/value shard a ring-attention step passes on
     mlp_grad_bytes: float = 0.0  # what the MLP's backward holds at once beyond the kept bytes (mlp_grad_bytes below)
+    moe_extra_params: float = 0.0  # a MoE layer's weights over a dense one's: what a stage's mix moves (memory.py)
 
 
 def layer_shape(w: Workload, plan: Plan) -> LayerShape:
@@ -76,9 +77,11 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     # a dense MLP's FLOPs, weights (with the two norms) and kept bytes; a MoE one's below; mixed by MoE's share of
     # the layers, the figures are averages over them
     mlp = (2 * dense, dense + 2 * d, 8 * w.dense_ffn / t, 2 * (2 * w.dense_ffn / t + d))
-    moe, a2a = w.moe_layers / w.layers, 0.0
+    moe, a2a, moe_extra = w.moe_layers / w.layers, 0.0, 0.0
     if moe:
-        mlp = tuple((1 - moe) * x + moe * y for x, y in zip(mlp, _moe_mlp(w, plan)))
+        moe_mlp = _moe_mlp(w, plan)
+        moe_extra = moe_mlp[1] - mlp[1]
+        mlp = tuple((1 - moe) * x + moe * y for x, y in zip(mlp, moe_mlp))
         # a rank dispatches the tokens its expert-tensor group holds: etp / tp of the micro-batch's per tp rank
         a2a = moe * w.top_k * d * (plan.ep - 1) / plan.ep * plan.expert_tp / t
     mlp_flops, mlp_params, mlp_act, mlp_selective = mlp
@@ -93,7 +96,7 @@ def layer_shape(w: Workload, plan: Plan) -> LayerShape:
     experts = moe * local_expert_params(w, plan) if moe else 0.0
     grads = mlp_grad_bytes(w, plan)
     shape = (attn_flops, mlp_flops, act, selective, params, experts, attn_params / params, gemm, a2a, ring, grads)
-    return LayerShape(*shape)
+    return LayerShape(*shape, moe_extra_params=moe_extra)
 
 
 def local_expert_params(w: Workload, plan: Plan) -> float:

@@ -10,14 +10,17 @@ from __future__ import annotations
 from collect.schema import Plan, Workload
 from gnn.costs.analytic import (
     BlockCosts,
+    block_params,
     dtype_bytes,
     gathered_expert_room,
     gathered_layer_room,
     grad_dtype_bytes,
+    stage_moe_layers,
     stage_params,
     state_bytes,
     stepped_params,
 )
+from gnn.costs.layers import local_expert_params
 
 
 def last_outputs_kept(plan: Plan) -> bool:
@@ -127,7 +130,7 @@ class StageMemory:
         micro-batch, the last too: the next forward reshards them as it goes, the step's reduction group by group,
         StageMemory.gathered_at_reduce)."""
         pipelined_full = self.pipelined_fsdp() and self.plan.reshard_after_forward
-        blocks = self.stage_layers[stage] * self.c.layer_params * dtype_bytes(self.w)  # unpadded: as unsharded
+        blocks = self.block_params(stage) * dtype_bytes(self.w)  # unpadded: as unsharded
         return blocks if pipelined_full else 0.0
 
     def gathered_at_reduce(self, stages: tuple[int, ...]) -> float:
@@ -169,10 +172,15 @@ class StageMemory:
         return stepped_params(self.w, self.plan, self.params(stage), self.expert_params(stage))
 
     def expert_params(self, stage: int) -> float:
-        return self.stage_layers[stage] * self.c.expert_params
+        """The routed experts' parameters of the stage's MoE layers on this ep rank."""
+        moe = stage_moe_layers(self.w, self.stage_layers, stage)
+        return moe * local_expert_params(self.w, self.plan) if moe else 0.0
+
+    def block_params(self, stage: int) -> float:
+        return block_params(self.w, self.c, self.stage_layers, stage)
 
     def params(self, stage: int) -> float:
-        return stage_params(self.w, self.plan, self.c, stage, self.stage_layers[stage])
+        return stage_params(self.w, self.plan, self.c, self.stage_layers, stage)
 
     def stage_bytes(self, stage: int) -> float:
         """The stage's weights as FSDP gathers them: whole, with every rank's padding: routed experts sharded with the
@@ -182,7 +190,7 @@ class StageMemory:
         experts = self.expert_params(stage)
         padded = experts * gathered_expert_room(self.w, self.plan) if experts and self.plan.fsdp_enabled else experts
         # the blocks' other weights, padded as FSDP2 gathers them (the embedding and head are left as they are)
-        blocks = self.stage_layers[stage] * self.c.layer_params - experts
+        blocks = self.block_params(stage) - experts
         padding = blocks * (gathered_layer_room(self.w, self.plan) - 1)
         return (self.params(stage) - experts + padded + padding) * dtype_bytes(self.w)
 
@@ -193,7 +201,7 @@ class StageMemory:
     def root_bytes(self, stage: int) -> float:
         """Unsharded bytes of the stage's root unit: its parameters outside the blocks (embeddings on the first
         stage; final norm and head on the last), which FSDP gathers with the root module, around the whole pass."""
-        return (self.params(stage) - self.stage_layers[stage] * self.c.layer_params) * dtype_bytes(self.w)
+        return (self.params(stage) - self.block_params(stage)) * dtype_bytes(self.w)
 
     def gathered_root(self, stage: int) -> float:
         """The root unit's bytes a pass gathers and holds to its end: under fsdp_full the root module's
