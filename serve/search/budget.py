@@ -39,6 +39,10 @@ from serve.search.space import OVER_BUDGET, Space, space_of
 
 SECONDS_PER_CANDIDATE = 6e-6  # a candidate choice walked and checked (validity cached per pipeline shape)
 SECONDS_PER_TRIAL = 2e-3  # ask, suggest, tell in an in-memory study (NSGA-II's own work, the exhaustive queue)
+# a trial's writes to an RDB study: a commit per parameter, user attribute and state, about 19. SQLite on this
+# machine, an exhaustive search of 288 plans: 50-56 ms a trial against 2.5 in memory (2026-12-02); PostgreSQL is
+# priced alike, not measured
+SECONDS_PER_STORED_TRIAL = 0.055
 SECONDS_PER_TPE_SEEN = 3e-6  # TPE's ask, per finished trial and parameter of the space: it reads all of them
 BYTES_PER_TRIAL = 24 * 2**10  # a trial kept in an in-memory study (params, attrs, constraints, distributions)
 WALL_FACTOR = 2.0  # a search still running at this multiple of its budget in wall time stops, whatever it has spent
@@ -102,7 +106,7 @@ class Estimate:
     sampler: str  # tpe, nsga2 or exhaustive
     space_plans: int  # the space's plans, as estimated from the sample (exact when exhaustive)
     over_budget_plans: int  # plans of the space left out because /predict would refuse each alone (estimated)
-    parts: dict = field(default_factory=dict)  # seconds per part: walk, sampler, plans, answer
+    parts: dict = field(default_factory=dict)  # seconds per part: walk, sampler, plans, answer (storage: stored)
 
     def over(self, budget: Budget) -> str | None:
         """Why a search of this estimate cannot run within ``budget``, with the figures; None when it can."""
@@ -142,10 +146,11 @@ def checked(request: SearchRequest, budget: Budget, refuse_over_time: bool) -> t
     return space, priced
 
 
-def estimate(request: SearchRequest, space: Space) -> Estimate:
+def estimate(request: SearchRequest, space: Space, stored: bool = False) -> Estimate:
     """What a search of ``space`` will cost, from the count of its candidates and a sample of them (``sampled``):
-    the share that are plans, the share left out for their cost, and the mean price of a plan. No plan is
-    predicted: 0.02-0.25 s, the largest spaces the limits allow included."""
+    the share that are plans, the share left out for their cost, and the mean price of a plan; ``stored``: its
+    trials are written to an RDB study (the shell's), not kept in memory (the service's). No plan is predicted:
+    0.02-0.25 s, the largest spaces the limits allow included."""
     candidates, (specs, _, sampled_n) = space.candidates(), sampled(space)
     space_plans, over = estimated_size(space)
     costs = [plan_cost(s.plan) for s in specs]
@@ -167,6 +172,8 @@ def estimate(request: SearchRequest, space: Space) -> Estimate:
         "plans": SECONDS_FIXED + mean * plans,
         "answer": SECONDS_FIXED + mean * answered,
     }
+    if stored:
+        parts["storage"] = SECONDS_PER_STORED_TRIAL * (plans if exhaustive else request.trials)
     trials = max(request.trials, plans)
     memory = BYTES_FIXED + BYTES_PER_TRIAL * trials + CHUNKS_HELD * max(CHUNK_BYTES, largest)
     return Estimate(sum(parts.values()), memory, plans, kind, space_plans, over, parts)

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         raise RequestError(f"error: {e}") from None
     space = space_of(request)
-    priced = estimate(request, space)  # said, not enforced: a search from the shell has no budget
+    priced = estimate(request, space, stored=bool(args.storage))  # said, not enforced: the shell has no budget
     print(f"search: {priced.plans:,} plans by {priced.sampler}, estimated at {priced.seconds:,.1f} s of work here",
           file=sys.stderr)  # fmt: skip
     try:

@@ -10,6 +10,7 @@ from gnn.costs.hardware import hardware_model
 from gnn.graph.build import build_graph
 from gnn.sim.simulate import simulate
 from serve.schemas import SearchRequest
+from serve.search.budget import SECONDS_PER_STORED_TRIAL, estimate
 from serve.search.space import space_of
 from serve.search.storage import feasible_trials
 from serve.search.study import exhaustive, run_search, search
@@ -130,6 +131,15 @@ def test_a_search_killed_mid_batch_resumes_evaluating_every_plan_once(predictor,
     ]
     space = {json.dumps(params_of(s, space_of(request)), sort_keys=True) for s in space_of(request).enumerate()}
     assert len(evaluated) == len(set(evaluated)) == len(space) and set(evaluated) == space
+
+
+def test_a_search_kept_in_a_database_is_estimated_with_its_writes(request_small):
+    """A trial's ~19 commits to SQLite cost 20 times its work in memory: the shell's estimate says so."""
+    request = request_small.model_copy(update={"trials": 1000, "sampler": "exhaustive"})
+    kept, stored = estimate(request, space_of(request)), estimate(request, space_of(request), stored=True)
+    assert "storage" not in kept.parts and kept.plans == stored.plans == 288
+    assert stored.seconds == pytest.approx(kept.seconds + SECONDS_PER_STORED_TRIAL * 288)
+    assert stored.parts["storage"] > 10 * kept.parts["sampler"]
 
 
 def test_a_search_reports_what_it_searched(predictor, request_small):
